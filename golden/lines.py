@@ -1,0 +1,200 @@
+"""Line geometry: the one place that knows byte and bit order.
+
+A line is ``line_bits`` bits (128, 256, 512 or 1024). Byte ``k`` of a line is bits
+``[8k+7 : 8k]``, so a line maps to a Python integer as ``int.from_bytes(b, "little")``.
+Lane ``i`` of width ``W`` is bits ``[i*W+W-1 : i*W]`` (Amaranth's ``ArrayLayout`` order).
+Element ``j`` of a flat tensor goes to lane ``j mod L`` of line ``j div L``; the last line is
+padded with a neutral code.
+
+In NumPy a batch of lines is a C-contiguous ``uint8`` array whose last axis holds the
+``line_bits // 8`` bytes of each line. Every other module packs and unpacks through here.
+"""
+
+import numpy as np
+
+__all__ = [
+    "LINE_BITS_CHOICES",
+    "LANE_BITS_CHOICES",
+    "check_line_bits",
+    "line_bytes",
+    "check_lines",
+    "pack_lanes",
+    "unpack_lanes",
+    "interleave_bit_planes",
+    "to_lane_grid",
+    "from_lane_grid",
+    "split_lines",
+    "line_to_int",
+    "int_to_line",
+]
+
+LINE_BITS_CHOICES = (128, 256, 512, 1024)
+# Lane widths the packers support: every field the design puts in a line.
+LANE_BITS_CHOICES = (1, 2, 4, 8, 16)
+
+
+def check_line_bits(line_bits):
+    """Validate ``line_bits`` and return it."""
+    if isinstance(line_bits, bool) or not isinstance(line_bits, (int, np.integer)):
+        raise TypeError(f"line_bits must be an integer, not {line_bits!r}")
+    if int(line_bits) not in LINE_BITS_CHOICES:
+        raise ValueError(f"line_bits must be one of {LINE_BITS_CHOICES}, not {line_bits!r}")
+    return int(line_bits)
+
+
+def line_bytes(line_bits):
+    """Bytes per line."""
+    return check_line_bits(line_bits) // 8
+
+
+def check_lines(lines, *, name="lines", line_bits=None, ndim=2):
+    """Validate a batch of lines and return it as a C-contiguous ``uint8`` array.
+
+    ``ndim`` is the expected number of axes (2: ``(n_lines, line_bytes)``; 3:
+    ``(workers, n_lines, line_bytes)``). With ``line_bits=None`` the width is taken from
+    the last axis and must still be a legal line width. Returns ``(array, line_bits)``.
+    """
+    if not isinstance(lines, np.ndarray):
+        raise TypeError(f"{name} must be a numpy.ndarray of uint8, not {type(lines).__name__}")
+    if lines.dtype != np.uint8:
+        raise TypeError(f"{name} must have dtype uint8, not {lines.dtype}")
+    if lines.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} axes, not shape {lines.shape}")
+    found_bits = lines.shape[-1] * 8
+    if line_bits is None:
+        if found_bits not in LINE_BITS_CHOICES:
+            raise ValueError(
+                f"{name} must have a last axis of {[b // 8 for b in LINE_BITS_CHOICES]} bytes "
+                f"(one line), not {lines.shape[-1]}")
+        line_bits = found_bits
+    else:
+        line_bits = check_line_bits(line_bits)
+        if found_bits != line_bits:
+            raise ValueError(
+                f"{name} must have {line_bits // 8} bytes per line (line_bits={line_bits}), "
+                f"not {lines.shape[-1]}")
+    return np.ascontiguousarray(lines), line_bits
+
+
+def _check_lane_bits(lane_bits):
+    if lane_bits not in LANE_BITS_CHOICES:
+        raise ValueError(f"lane_bits must be one of {LANE_BITS_CHOICES}, not {lane_bits!r}")
+
+
+def pack_lanes(values, *, lane_bits):
+    """Pack unsigned lane values along the last axis into bytes.
+
+    ``values[..., i]`` lands at bits ``[i*lane_bits + lane_bits-1 : i*lane_bits]`` of the
+    returned ``uint8`` array's last axis. Values are masked to ``lane_bits`` bits, so a
+    signed array packs as two's complement. The lane count times ``lane_bits`` must be a
+    whole number of bytes.
+    """
+    _check_lane_bits(lane_bits)
+    values = np.asarray(values)
+    n_lanes = values.shape[-1]
+    if (n_lanes * lane_bits) % 8:
+        raise ValueError(f"{n_lanes} lanes of {lane_bits} bits are not a whole number of bytes")
+    lead = values.shape[:-1]
+    if lane_bits == 1:
+        return np.packbits(values.astype(np.uint8) & 1, axis=-1, bitorder="little")
+    if lane_bits == 8:
+        return values.astype(np.uint8)
+    if lane_bits == 16:
+        return values.astype("<u2").view(np.uint8).reshape(*lead, n_lanes * 2)
+    per_byte = 8 // lane_bits
+    mask = (1 << lane_bits) - 1
+    groups = (values.astype(np.uint8) & mask).reshape(*lead, n_lanes // per_byte, per_byte)
+    out = groups[..., 0].copy()
+    for k in range(1, per_byte):
+        out |= groups[..., k] << np.uint8(k * lane_bits)
+    return out
+
+
+def unpack_lanes(data, *, lane_bits, signed=False):
+    """Inverse of :func:`pack_lanes`: split the last axis of ``data`` into lanes.
+
+    Returns ``uint8`` (``uint16`` for 16-bit lanes); with ``signed=True`` the lanes are
+    sign-extended two's complement values as ``int8`` (``int16`` for 16-bit lanes).
+    """
+    _check_lane_bits(lane_bits)
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    lead = data.shape[:-1]
+    if lane_bits == 1:
+        out = np.unpackbits(data, axis=-1, bitorder="little")
+    elif lane_bits == 8:
+        out = data.copy()
+    elif lane_bits == 16:
+        out = data.view("<u2").astype(np.uint16)
+    else:
+        per_byte = 8 // lane_bits
+        shifts = np.arange(0, 8, lane_bits, dtype=np.uint8)
+        out = ((data[..., None] >> shifts) & np.uint8((1 << lane_bits) - 1))
+        out = out.reshape(*lead, data.shape[-1] * per_byte)
+    if not signed:
+        return out
+    if lane_bits == 16:
+        return out.view(np.int16)
+    values = out.view(np.int8)  # 8-bit lanes: reinterpretation is the sign extension
+    if lane_bits < 8:
+        half = np.int8(1 << (lane_bits - 1))
+        values = (values ^ half) - half  # sign-extend from bit lane_bits-1
+    return values
+
+
+# _MORTON[b] spreads the 8 bits of b to the even bit positions of a 16-bit word.
+_MORTON = np.zeros(256, dtype=np.uint16)
+for _bit in range(8):
+    _MORTON |= ((np.arange(256, dtype=np.uint16) >> _bit) & 1) << (2 * _bit)
+
+
+def interleave_bit_planes(low, high):
+    """Pack two bit-planes into 2-bit lanes: lane ``i`` gets ``high[i]`` ``low[i]``.
+
+    ``low`` and ``high`` are packed bits (``uint8``, little bit order) of the same length;
+    returns twice as many bytes, the 2-bit lanes in lane order.
+    """
+    merged = _MORTON[low] | (_MORTON[high] << np.uint16(1))
+    return merged.astype("<u2", copy=False).view(np.uint8)
+
+
+def to_lane_grid(flat, *, lanes, fill=0):
+    """Reshape a flat array into ``(n_lines, lanes)``, padding the last line with ``fill``."""
+    flat = np.ravel(flat)
+    n_lines = -(-flat.size // lanes)
+    if flat.size == n_lines * lanes:
+        return flat.reshape(n_lines, lanes)
+    grid = np.full(n_lines * lanes, fill, dtype=flat.dtype)
+    grid[:flat.size] = flat
+    return grid.reshape(n_lines, lanes)
+
+
+def from_lane_grid(grid, *, n_elements):
+    """Flatten a lane grid and drop the padding lanes beyond ``n_elements``."""
+    flat = np.ravel(grid)
+    if not 0 <= n_elements <= flat.size:
+        raise ValueError(
+            f"n_elements must be between 0 and {flat.size} (the lanes given), not {n_elements!r}")
+    return flat[:n_elements]
+
+
+def split_lines(data, *, line_bits):
+    """Cut rows of packed bytes into lines: ``(n, k * line_bytes)`` to ``(n * k, line_bytes)``."""
+    nbytes = line_bytes(line_bits)
+    if data.shape[-1] % nbytes:
+        raise ValueError(f"{data.shape[-1]} bytes are not a whole number of {line_bits}-bit lines")
+    return np.ascontiguousarray(data).reshape(-1, nbytes)
+
+
+def line_to_int(line):
+    """A line (bytes-like or 1-D ``uint8`` array) as a Python integer."""
+    if not isinstance(line, (bytes, bytearray, memoryview)):
+        line = np.asarray(line, dtype=np.uint8).tobytes()
+    return int.from_bytes(line, "little")
+
+
+def int_to_line(value, *, line_bits):
+    """A Python integer as one line, a 1-D ``uint8`` array of ``line_bits // 8`` bytes."""
+    nbytes = line_bytes(line_bits)
+    if not 0 <= value < (1 << line_bits):
+        raise ValueError(f"value must fit in {line_bits} unsigned bits, not {value:#x}")
+    return np.frombuffer(int(value).to_bytes(nbytes, "little"), dtype=np.uint8).copy()

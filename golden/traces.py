@@ -1,0 +1,356 @@
+"""Real gradient traces: capture them from training runs, load them with NumPy alone.
+
+A trace is what the workers of a data-parallel job hand to the reduction at chosen training
+steps. :func:`capture` trains one workload of :mod:`neuron_fabric.golden.workloads` as ``workers``
+simulated workers on disjoint shards of real data and writes two files into ``out_dir``:
+
+``<workload>.npz``
+    One ``float32`` array per parameter, keyed by its name in ``model.named_parameters()``,
+    of shape ``(n_steps, n_workers, numel)``: worker ``k``'s gradient of the parameter at the
+    ``i``-th captured step, flattened in C order.
+``<workload>.json``
+    The manifest: workload, seed, workers, captured steps, the full configuration, the
+    parameters in ``named_parameters()`` order with role, shape and numel, every training
+    step's loss, the final metrics, the data source (for the language model the standard-library
+    files with byte counts and SHA-256), software versions, wall time and file sizes.
+
+The manifest holds everything needed to capture the same trace again
+(``capture(m["workload"], d, workers=m["workers"], seed=m["seed"], steps=m["steps"],
+**m["config"])``); on the same machine and software that gives identical arrays.
+
+:func:`load` reads a trace back as a :class:`Trace`. This module imports PyTorch only inside
+:func:`capture`, so loading needs NumPy only.
+
+Command line::
+
+    python -m neuron_fabric.golden.traces capture --out build/traces \\
+        [--workload NAME ...] [--workers K] [--seed S] [--train-steps N]
+"""
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import numpy as np
+
+from ._validate import check_int
+from .roles import ROLES, check_roles
+
+__all__ = ["WORKLOADS", "FORMAT", "Param", "Trace", "capture", "load", "main"]
+
+#: Workloads that :func:`capture` knows (the same tuple as ``workloads.WORKLOADS``, repeated
+#: here so that it is available without PyTorch).
+WORKLOADS = ("digits_cnn", "char_lm")
+
+#: Version of the file layout written into every manifest; :func:`load` refuses others.
+FORMAT = 1
+
+
+def _check_workload(workload):
+    if workload not in WORKLOADS:
+        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, not {workload!r}")
+    return workload
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One traced parameter: its ``name`` in ``named_parameters()``, ``role`` (one of
+    :data:`neuron_fabric.golden.roles.ROLES`), ``shape`` (tuple) and ``numel``."""
+
+    name: str
+    role: str
+    shape: tuple
+    numel: int
+
+
+class Trace:
+    """A loaded gradient trace (see :func:`load`).
+
+    Members
+    -------
+    workload : str
+        Name of the workload.
+    workers : int
+        Number of workers.
+    steps : list of int
+        The captured training steps; ``step_index`` arguments index this list.
+    params : list of Param
+        The parameters in ``model.named_parameters()`` order.
+    manifest : dict
+        The manifest as read from the JSON file.
+    path : pathlib.Path
+        The ``.npz`` file it was loaded from.
+    """
+
+    def __init__(self, *, manifest, grads, path):
+        self.path = pathlib.Path(path)
+        self.manifest = manifest
+        self.workload = manifest["workload"]
+        self.workers = int(manifest["workers"])
+        self.steps = [int(step) for step in manifest["steps"]]
+        self.params = [Param(p["name"], p["role"], tuple(p["shape"]), int(p["numel"]))
+                       for p in manifest["params"]]
+        self._grads = grads
+        self._index = {param.name: param for param in self.params}
+
+    def __repr__(self):
+        total = sum(param.numel for param in self.params)
+        return (f"<Trace {self.workload}: {len(self.params)} parameters ({total} elements), "
+                f"{self.workers} workers, steps {self.steps}>")
+
+    def grad(self, name):
+        """Return the gradients of parameter ``name``: a read-only ``float32`` array
+        ``(n_steps, n_workers, numel)``. Raises ``ValueError`` for an unknown name."""
+        if name not in self._index:
+            raise ValueError(f"name must be a parameter of the {self.workload} trace "
+                             f"({', '.join(self._index)}), not {name!r}")
+        return self._grads[name]
+
+    def select(self, roles=None):
+        """Return the parameters whose role is in ``roles`` (all when ``None``), in order.
+
+        Raises ``TypeError`` for a single string and ``ValueError`` for an unknown role.
+        """
+        if roles is None:
+            return list(self.params)
+        chosen = check_roles(roles)
+        return [param for param in self.params if param.role in chosen]
+
+    def bucket(self, step_index, worker, roles=None):
+        """Return what one worker's gradient bucket holds at one captured step.
+
+        The result is a new 1-D ``float32`` array: the flat gradients of the parameters in
+        parameter order, concatenated, restricted to ``roles`` when given (an empty array when
+        no parameter has those roles). ``step_index`` indexes :attr:`steps` (it is not a
+        training step number); ``worker`` counts from 0.
+
+        Raises ``TypeError`` for non-integer indices or a single-string ``roles`` and
+        ``ValueError`` for an index out of range or an unknown role.
+        """
+        n_steps = len(self.steps)
+        step_index = check_int("step_index", step_index)
+        if not 0 <= step_index < n_steps:
+            raise ValueError(
+                f"step_index must be between 0 and {n_steps - 1} (an index into Trace.steps "
+                f"{self.steps}, not a training step), not {step_index!r}")
+        worker = check_int("worker", worker, low=0, high=self.workers - 1)
+        chosen = self.select(roles)
+        if not chosen:
+            return np.zeros(0, dtype=np.float32)
+        return np.concatenate([self._grads[param.name][step_index, worker] for param in chosen])
+
+
+def _paths(path):
+    path = pathlib.Path(path)
+    if path.suffix in (".npz", ".json"):
+        path = path.with_suffix("")
+    return path.with_name(path.name + ".npz"), path.with_name(path.name + ".json")
+
+
+def load(path):
+    """Load the trace stored at ``path`` (the ``.npz`` or the ``.json`` file, or their common
+    stem) and return a :class:`Trace` whose arrays are read-only.
+
+    Raises ``FileNotFoundError`` when a file is missing and ``ValueError`` when the manifest
+    has another format version or does not describe the arrays (names, order, shapes, dtype).
+    """
+    npz_path, json_path = _paths(path)
+    for name in (npz_path, json_path):
+        if not name.is_file():
+            raise FileNotFoundError(
+                f"trace file {name} does not exist; capture it with "
+                f"`python -m neuron_fabric.golden.traces capture --out {name.parent}`")
+    with open(json_path, encoding="utf-8") as handle:
+        manifest = json.load(handle)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{json_path} must be a trace manifest of format {FORMAT}, not "
+                         f"{manifest.get('format')!r}; capture the trace again")
+    with np.load(npz_path, allow_pickle=False) as archive:
+        grads = {key: archive[key] for key in archive.files}
+    names = [param["name"] for param in manifest["params"]]
+    if sorted(names) != sorted(grads):
+        raise ValueError(f"{npz_path} must hold exactly the parameters its manifest lists; "
+                         f"only in the manifest: {sorted(set(names) - set(grads))}, only in "
+                         f"the archive: {sorted(set(grads) - set(names))}")
+    expected_rows = (len(manifest["steps"]), manifest["workers"])
+    for param in manifest["params"]:
+        array = grads[param["name"]]
+        expected = (*expected_rows, param["numel"])
+        if array.dtype != np.float32 or array.shape != expected or \
+                math.prod(param["shape"]) != param["numel"] or param["role"] not in ROLES:
+            raise ValueError(
+                f"{npz_path}: parameter {param['name']!r} must be float32 of shape {expected} "
+                f"with role in {ROLES} as its manifest says, not {array.dtype} {array.shape} "
+                f"with role {param['role']!r}; capture the trace again")
+        array.setflags(write=False)
+    return Trace(manifest=manifest, grads=grads, path=npz_path)
+
+
+def _size(nbytes):
+    for unit, scale in (("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"
+
+
+def _versions():
+    import sklearn
+    import torch
+
+    return {"python": platform.python_version(), "numpy": np.__version__,
+            "torch": torch.__version__, "scikit-learn": sklearn.__version__}
+
+
+def capture(workload, out_dir, *, workers=4, steps=None, seed=0, log=None, **overrides):
+    """Train ``workload`` and write its gradient trace into ``out_dir``.
+
+    Parameters
+    ----------
+    workload : str
+        One of :data:`WORKLOADS`.
+    out_dir : str or pathlib.Path
+        Folder for ``<workload>.npz`` and ``<workload>.json`` (created when missing; existing
+        files of the same name are replaced).
+    workers : int
+        Number of simulated data-parallel workers, at least 1.
+    steps : sequence of int or None
+        Training steps to capture; ``None`` takes six steps spread from the first to the last.
+    seed : int
+        Seed of initialisation, data split and sampling, at least 0.
+    log : callable or None
+        Called with a line of text per captured step.
+    **overrides
+        Configuration fields of the workload (``workloads.DigitsConfig`` or
+        ``workloads.CharLMConfig``), for example ``train_steps=20`` for a quick trace.
+
+    Returns the path of the ``.npz`` file. Raises ``ValueError`` for an unknown workload,
+    ``workers < 1`` and other bad values, and ``TypeError`` for an unknown option; nothing is
+    trained or written then.
+    """
+    _check_workload(workload)
+    workers = check_int("workers", workers, low=1)
+    seed = check_int("seed", seed, low=0)
+    from . import workloads
+
+    started = time.perf_counter()
+    run = workloads.train(workload, workers=workers, seed=seed, steps=steps, log=log,
+                          **overrides)
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    npz_path, json_path = _paths(out_dir / workload)
+
+    partial = npz_path.with_name(npz_path.name + ".partial")
+    with open(partial, "wb") as handle:
+        np.savez(handle, **run.grads)
+    os.replace(partial, npz_path)
+
+    step_losses = run.losses.mean(axis=1)
+    shapes = {name: tuple(param.shape) for name, param in run.model.named_parameters()}
+    params = [{"name": name, "role": run.roles[name], "shape": list(shapes[name]),
+               "numel": math.prod(shapes[name])} for name in run.names]
+    manifest = {
+        "format": FORMAT,
+        "workload": workload,
+        "seed": seed,
+        "workers": workers,
+        "steps": run.steps,
+        "layout": "one float32 array per parameter, (n_steps, n_workers, numel), each "
+                  "gradient flattened in C order; keys and order as model.named_parameters()",
+        "aggregation": "the optimizer steps on the mean of the workers' gradients: their sum "
+                       "in worker order divided by the number of workers",
+        "optimizer": run.optimizer,
+        "config": dataclasses.asdict(run.config),
+        "params": params,
+        "role_numel": {role: sum(p["numel"] for p in params if p["role"] == role)
+                       for role in ROLES},
+        "loss": {
+            "per_step_mean": [float(value) for value in step_losses],
+            "captured": [{"step": step, "mean": float(step_losses[step]),
+                          "workers": [float(value) for value in run.losses[step]]}
+                         for step in run.steps],
+        },
+        "metrics": run.metrics,
+        "final_metric": {"name": run.final_metric, "value": run.metrics[run.final_metric]},
+        "data": run.data,
+        "software": _versions(),
+        "wall_seconds": {"train": run.seconds, "total": time.perf_counter() - started},
+        "files": {"npz": {"name": npz_path.name, "bytes": npz_path.stat().st_size}},
+    }
+    partial = json_path.with_name(json_path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=1)
+        handle.write("\n")
+    os.replace(partial, json_path)
+    return npz_path
+
+
+def _parser():
+    parser = argparse.ArgumentParser(
+        prog="python -m neuron_fabric.golden.traces",
+        description="Capture real gradient traces of simulated data-parallel training.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    cap = commands.add_parser(
+        "capture", help="train the workloads and write <workload>.npz and <workload>.json",
+        description="Train each workload as K simulated workers on disjoint data shards and "
+                    "write every worker's gradients at the captured steps.")
+    cap.add_argument("--out", required=True, type=pathlib.Path,
+                     help="folder for the trace files (created when missing)")
+    cap.add_argument("--workload", action="extend", nargs="+", metavar="NAME",
+                     help=f"workloads to capture (default: all of {', '.join(WORKLOADS)})")
+    cap.add_argument("--workers", type=int, default=4, help="simulated workers (default 4)")
+    cap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
+    cap.add_argument("--train-steps", type=int, default=None, metavar="N",
+                     help="training steps per workload (default: the workload's own)")
+    cap.set_defaults(command_parser=cap)
+    return parser
+
+
+def main(argv=None):
+    """Command-line entry point; returns the exit status (2 for bad arguments)."""
+    args = _parser().parse_args(argv)
+    parser = args.command_parser
+    chosen = list(dict.fromkeys(args.workload or WORKLOADS))
+    try:
+        for workload in chosen:
+            _check_workload(workload)
+        check_int("workers", args.workers, low=1)
+        check_int("seed", args.seed, low=0)
+        if args.train_steps is not None:
+            check_int("train steps", args.train_steps, low=1)
+    except (TypeError, ValueError) as error:
+        parser.error(f"{error} (see --help)")
+    overrides = {} if args.train_steps is None else {"train_steps": args.train_steps}
+
+    def say(line):
+        print(line, flush=True)
+
+    started = time.perf_counter()
+    written = []
+    for workload in chosen:
+        say(f"traces: {workload}: training on {args.workers} workers (seed {args.seed})")
+        try:
+            npz_path = capture(workload, args.out, workers=args.workers, seed=args.seed,
+                               log=say, **overrides)
+        except (TypeError, ValueError) as error:
+            parser.error(f"{workload}: {error}")
+        json_path = npz_path.with_suffix(".json")
+        with open(json_path, encoding="utf-8") as handle:
+            final = json.load(handle)["final_metric"]
+        say(f"traces: {workload}: {final['name']} {final['value']:.4f}")
+        written += [npz_path, json_path]
+    total = sum(path.stat().st_size for path in written)
+    say(f"traces: wrote {len(written)} files ({_size(total)}) in "
+        f"{time.perf_counter() - started:.1f} s:")
+    for path in written:
+        say(f"  {path}  {_size(path.stat().st_size)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

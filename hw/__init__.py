@@ -1,0 +1,1 @@
+"""Amaranth hardware blocks of the controller datapath (imports the golden model, never the testbenches)."""

@@ -1,0 +1,23 @@
+"""Shared fixtures."""
+
+import pytest
+
+#: Reduced capture settings for the test suite: real training on real data, only fewer steps
+#: and a smaller language model, so that both captures take a few seconds together.
+SMALL_TRACES = {
+    "digits_cnn": {"train_steps": 12, "steps": (0, 6, 11), "batch": 16},
+    "char_lm": {"train_steps": 8, "steps": (0, 4, 7), "batch": 4, "context": 32,
+                "d_model": 32, "heads": 2, "bytes_per_file": 4096, "eval_windows": 16},
+}
+
+
+@pytest.fixture(scope="session")
+def traces(tmp_path_factory):
+    """``{workload: Trace}``: gradients of 4 workers at 3 steps of short real training runs
+    (seed 0), captured once per session."""
+    from neuron_fabric.golden import traces as traces_module
+
+    out = tmp_path_factory.mktemp("traces")
+    return {workload: traces_module.load(traces_module.capture(workload, out, workers=4,
+                                                               seed=0, **options))
+            for workload, options in SMALL_TRACES.items()}
