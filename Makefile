@@ -2,6 +2,9 @@
 # `make all` runs the main job; `make test` runs the test suite. Both work on a fresh
 # machine and are quick no-ops for the set-up steps once done.
 
+SHELL     := bash
+.SHELLFLAGS := -o pipefail -c
+
 PYTHON    ?= python3
 VENV      ?= .venv
 BUILD     ?= build
@@ -38,7 +41,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "venv: installing pinned packages into $(VENV) (first time: a few minutes)"
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[all]' 2>&1 \
+	  | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
 	@touch $@
 
 tools: iverilog verilator yowasp

@@ -147,8 +147,8 @@ def readout(counts, *, readout, num_workers, counter_bits):
     if counts.size and counts.max() > count_limit(counter_bits):
         raise ValueError(f"counts must be at most {count_limit(counter_bits)} for "
                          f"counter_bits={counter_bits}, not {int(counts.max())}")
-    if readout is Readout.SIGN:
-        lanes = 2 * counts.astype(np.int32) > check_int("num_workers", num_workers, low=1)
+    if readout is Readout.SIGN:  # 1 where the majority is negative; a tie reads 0
+        lanes = majority(counts, num_workers=num_workers) < 0
     elif readout is Readout.TERNARY:
         lanes = majority(counts, num_workers=num_workers)
     else:
