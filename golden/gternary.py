@@ -49,7 +49,7 @@ def ternarize(grad, *, ratio, rng=None, scale=None):
 
 
 # Elements per chunk: a chunk's float32 data and its masks stay in cache between passes.
-_CHUNK = 1 << 16
+_CHUNK = 1 << 18
 
 
 def _prepare(grad, ratio, rng, scale):
@@ -63,7 +63,7 @@ def _prepare(grad, ratio, rng, scale):
         check_generator(rng)
     if flat.size == 0:
         return flat, 0.0, None
-    high, low = float(flat.max()), float(flat.min())
+    high, low = _max_min(flat)
     if np.isnan(high) or np.isnan(low):
         check_grad(flat)  # raises, naming the first NaN
     peak = max(high, -low)
@@ -82,6 +82,18 @@ def _prepare(grad, ratio, rng, scale):
         draws = rng.random(flat.size, dtype=np.float32)
         draws *= np.float32(scale)
     return flat, _exact_threshold(ratio * peak, flat.dtype), draws
+
+
+def _max_min(flat):
+    """``(max, min)`` in one read of the data: the chunk is still in cache for the second."""
+    high, low = -np.inf, np.inf
+    for start in range(0, flat.size, _CHUNK):
+        chunk = flat[start:start + _CHUNK]
+        chunk_high, chunk_low = float(chunk.max()), float(chunk.min())
+        if np.isnan(chunk_high) or np.isnan(chunk_low):  # Python's max() would drop a NaN
+            return np.nan, np.nan
+        high, low = max(high, chunk_high), min(low, chunk_low)
+    return high, low
 
 
 def _exact_threshold(tau, dtype):
@@ -124,9 +136,9 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
     for start in range(0, flat.size, _CHUNK):  # _CHUNK is a multiple of 8 elements
         stop = min(start + _CHUNK, flat.size)
         positive, negative = _signs(flat[start:stop], tau, None if draws is None else draws[start:stop])
-        positive |= negative  # the low bit of a code: non-zero
-        packed = _lines.interleave_bit_planes(np.packbits(positive, bitorder="little"),
-                                              np.packbits(negative, bitorder="little"))
+        minus = np.packbits(negative, bitorder="little")
+        nonzero = np.packbits(positive, bitorder="little") | minus  # a code's low bit
+        packed = _lines.interleave_bit_planes(nonzero, minus)
         out[start // 4:start // 4 + packed.size] = packed
     return out.reshape(n_lines, nbytes)
 

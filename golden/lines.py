@@ -141,10 +141,19 @@ def unpack_lanes(data, *, lane_bits, signed=False):
     return values
 
 
-# _MORTON[b] spreads the 8 bits of b to the even bit positions of a 16-bit word.
-_MORTON = np.zeros(256, dtype=np.uint16)
-for _bit in range(8):
-    _MORTON |= ((np.arange(256, dtype=np.uint16) >> _bit) & 1) << (2 * _bit)
+# Masks of the shift-and-mask steps that spread 32 bits to the even positions of 64.
+_SPREAD_STEPS = tuple((np.uint64(shift), np.uint64(mask)) for shift, mask in (
+    (16, 0x0000_FFFF_0000_FFFF), (8, 0x00FF_00FF_00FF_00FF), (4, 0x0F0F_0F0F_0F0F_0F0F),
+    (2, 0x3333_3333_3333_3333), (1, 0x5555_5555_5555_5555)))
+
+
+def _spread_bits(packed):
+    """Bit ``i`` of the packed bytes to bit ``2i`` of the result (``uint64`` words)."""
+    x = packed.view("<u4").astype(np.uint64)
+    for shift, mask in _SPREAD_STEPS:
+        x |= x << shift
+        x &= mask
+    return x
 
 
 def interleave_bit_planes(low, high):
@@ -153,8 +162,11 @@ def interleave_bit_planes(low, high):
     ``low`` and ``high`` are packed bits (``uint8``, little bit order) of the same length;
     returns twice as many bytes, the 2-bit lanes in lane order.
     """
-    merged = _MORTON[low] | (_MORTON[high] << np.uint16(1))
-    return merged.astype("<u2", copy=False).view(np.uint8)
+    pad = -low.size % 4  # the spreading works on 32-bit words
+    if pad:
+        low, high = np.concatenate([low, np.zeros(pad, np.uint8)]), np.concatenate([high, np.zeros(pad, np.uint8)])
+    merged = _spread_bits(low) | (_spread_bits(high) << np.uint64(1))
+    return merged.astype("<u8", copy=False).view(np.uint8)[:2 * (low.size - pad)]
 
 
 def to_lane_grid(flat, *, lanes, fill=0):

@@ -144,8 +144,8 @@ def test_ternarize_matches_elementwise_reference(dtype, ratio, seed):
 
 
 def test_ternarize_spans_several_internal_chunks():
-    # chunks of 65536 elements inside the golden model: 3 whole ones and a partial one
-    grad = np.random.default_rng(4).standard_normal(3 * 65536 + 1234).astype(np.float32)
+    # chunks of gternary._CHUNK elements inside the golden model: 3 whole ones and a partial one
+    grad = np.random.default_rng(4).standard_normal(3 * gternary._CHUNK + 1234).astype(np.float32)
     tau = 0.25 * float(np.abs(grad).max())
     expected = (np.sign(grad) * (np.abs(grad.astype(np.float64)) >= tau)).astype(np.int8)
     np.testing.assert_array_equal(gternary.ternarize(grad, ratio=0.25), expected)
@@ -220,7 +220,7 @@ def test_stochastic_is_reproducible_with_the_same_seed_and_differs_with_another(
 @pytest.mark.parametrize("scale", [None, 2.0])
 @pytest.mark.parametrize("ratio", [0.0, 0.25])
 def test_stochastic_keeps_element_j_when_draw_j_times_scale_is_below_its_magnitude(ratio, scale, seed):
-    grad = np.random.default_rng(77).standard_normal(3 * 65536 + 999).astype(np.float32)  # several chunks
+    grad = np.random.default_rng(77).standard_normal(3 * gternary._CHUNK + 999).astype(np.float32)  # several chunks
     s = float(np.abs(grad).max()) if scale is None else scale
     draws = np.random.default_rng(seed).random(grad.size, dtype=np.float32)
     kept = draws * np.float32(s) < np.abs(grad)
@@ -229,7 +229,7 @@ def test_stochastic_keeps_element_j_when_draw_j_times_scale_is_below_its_magnitu
     np.testing.assert_array_equal(got, expected.astype(np.int8))
 
 
-@pytest.mark.parametrize("size", [1, 7, 1000, 65536 + 3])
+@pytest.mark.parametrize("size", [1, 7, 1000, gternary._CHUNK + 3])
 @pytest.mark.parametrize("ratio,scale", [(0.0, None), (0.5, None), (0.0, 3.0)])
 def test_stochastic_takes_exactly_size_float32_draws(size, ratio, scale):
     grad = np.random.default_rng(size).standard_normal(size).astype(np.float32)
@@ -332,7 +332,7 @@ def test_padding_lanes_are_zero_code(line_bits, size):
 
 
 def test_encode_spans_several_internal_chunks():
-    grad = np.random.default_rng(8).standard_normal(2 * 65536 + 333).astype(np.float32)
+    grad = np.random.default_rng(8).standard_normal(2 * gternary._CHUNK + 333).astype(np.float32)
     for line_bits in (128, 1024):
         got = gternary.encode(grad, ratio=0.5, line_bits=line_bits)
         expected = lines.pack_lanes(lines.to_lane_grid(ref_ternarize(grad, 0.5), lanes=line_bits // 2),
