@@ -162,11 +162,12 @@ def interleave_bit_planes(low, high):
     ``low`` and ``high`` are packed bits (``uint8``, little bit order) of the same length;
     returns twice as many bytes, the 2-bit lanes in lane order.
     """
-    pad = -low.size % 4  # the spreading works on 32-bit words
+    n_bytes = low.size
+    pad = -n_bytes % 4  # the spreading works on 32-bit words
     if pad:
-        low, high = np.concatenate([low, np.zeros(pad, np.uint8)]), np.concatenate([high, np.zeros(pad, np.uint8)])
+        low, high = np.pad(low, (0, pad)), np.pad(high, (0, pad))
     merged = _spread_bits(low) | (_spread_bits(high) << np.uint64(1))
-    return merged.astype("<u8", copy=False).view(np.uint8)[:2 * (low.size - pad)]
+    return merged.astype("<u8", copy=False).view(np.uint8)[:2 * n_bytes]
 
 
 def to_lane_grid(flat, *, lanes, fill=0):
