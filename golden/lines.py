@@ -26,6 +26,8 @@ __all__ = [
     "split_lines",
     "line_to_int",
     "int_to_line",
+    "lanes_to_int",
+    "int_to_lanes",
 ]
 
 LINE_BITS_CHOICES = (128, 256, 512, 1024)
@@ -211,3 +213,31 @@ def int_to_line(value, *, line_bits):
     if not 0 <= value < (1 << line_bits):
         raise ValueError(f"value must fit in {line_bits} unsigned bits, not {value:#x}")
     return np.frombuffer(int(value).to_bytes(nbytes, "little"), dtype=np.uint8).copy()
+
+
+def lanes_to_int(values, *, lane_bits):
+    """Lanes of any width (two's complement for negative values) packed into one integer.
+
+    Lane ``i`` lands at bits ``[i*W + W-1 : i*W]``, as in a line. For the odd widths of
+    accumulators (a 5-bit counter, a 6-bit sum) that no line format uses; lines themselves
+    go through :func:`pack_lanes`.
+    """
+    values = np.asarray(values).astype(np.int64).ravel()
+    lane_bits = int(lane_bits)
+    if values.size and (values.max() >= 1 << lane_bits or values.min() < -(1 << (lane_bits - 1))):
+        raise ValueError(f"values must fit {lane_bits}-bit lanes, not span "
+                         f"[{values.min()}, {values.max()}]")
+    bits = (values[:, None] >> np.arange(lane_bits)) & 1
+    return int.from_bytes(np.packbits(bits.astype(np.uint8).ravel(), bitorder="little").tobytes(),
+                          "little")
+
+
+def int_to_lanes(value, *, lane_bits, lanes, signed=False):
+    """Inverse of :func:`lanes_to_int`: ``lanes`` values of ``lane_bits`` bits, as ``int64``."""
+    nbytes = (lane_bits * lanes + 7) // 8
+    raw = np.frombuffer(int(value).to_bytes(nbytes, "little"), dtype=np.uint8)
+    bits = np.unpackbits(raw, bitorder="little")[:lane_bits * lanes].reshape(lanes, lane_bits)
+    out = (bits.astype(np.int64) << np.arange(lane_bits)).sum(axis=1)
+    if signed:
+        out -= (out >> (lane_bits - 1) & 1) << lane_bits
+    return out

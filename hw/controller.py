@@ -1,0 +1,418 @@
+"""The controller top (DESIGN.md section 6): windows, slots, statuses, readouts, memory port, CSRs."""
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden._validate import check_int
+from ..golden.controller import Op, Status
+from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route
+from ..golden.params import ADDR_BITS, FabricParams
+from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
+from .csr import CSRBlock, field_port, written_port
+from .layouts import (CSRBusSignature, count_layout, max_readout_lines, readout_lines,
+                      request_layout, response_layout, mem_request_layout, sum_layout)
+from .passthrough import Fp32Passthrough
+from .sign_count import SignCountEngine
+from .ternary_gate import TernaryGateEngine
+
+__all__ = ["Controller", "LATENCY"]
+
+#: Cycles from a request's transfer on ``i_req`` to its first response beat on ``o_resp``
+#: when nothing stalls: decode, slot read, fold, respond.
+LATENCY = 4
+
+
+class Controller(wiring.Component):
+    """The NEURON-Fabric controller: aggregation windows in front of a memory port.
+
+    Every request gets one response, in request order (a readout spans several beats,
+    ``last`` on the final one). A request inside an enabled window is aggregated into its
+    slot; any other request is memory traffic and goes to ``o_mem`` byte-exact. Behaviour is
+    that of :class:`~neuron_fabric.golden.controller.ControllerModel`, bit for bit.
+
+    Pipeline (one request per stage, all stages move together):
+
+    1. *decode*: the registered request is matched against the windows;
+    2. *read*: the slot's accumulators and contribution bitmap are read from block RAM;
+    3. *fold*: status, the lane engines' fold and readout, the write-back of the slot;
+    4. *respond*: the response beats, or the memory request.
+
+    **Throughput**: one line per clock on the low-bit path, also for back-to-back writes to
+    one slot (the fold forwards the slot it has just written instead of stalling). A
+    readout of ``k`` lines holds the pipeline for ``k`` cycles.
+    **Latency**: :data:`LATENCY` (4) cycles from request to response without backpressure.
+    **Backpressure**: ``o_resp`` and ``o_mem`` stall the whole pipeline and, through
+    ``i_req.ready``, the requester; nothing is dropped or counted twice.
+    **Ordering with memory**: memory reads may be in flight while later requests enter the
+    pipeline; a later response waits until every earlier read's data has been returned.
+    **Clearing**: after reset, CONTROL.CLEAR_SLOTS or a write to a window register, the
+    controller stops taking requests, lets the pipeline drain and writes empty slots, one
+    per cycle (``DEPTH`` cycles per window), then goes on.
+    **CSRs**: register values are used as they are when a request passes; change the
+    configuration while no request is in flight.
+
+    Parameters
+    ----------
+    params : FabricParams
+        Line width, MAX_WORKERS, DEPTH, NUM_WINDOWS and counter width.
+    max_reads : int
+        Memory reads in flight at most (1 to 1024).
+
+    Members
+    -------
+    i_req : ``In(stream.Signature(request_layout))``
+        Upstream requests: ``op`` (Op), ``addr`` (line address), ``worker``, ``data``.
+    o_resp : ``Out(stream.Signature(response_layout))``
+        Upstream responses: ``status`` (Status), ``last``, ``data``.
+    o_mem : ``Out(stream.Signature(mem_request_layout))``
+        Downstream memory requests: ``write``, ``addr``, ``data``.
+    i_mem : ``In(stream.Signature(line_bits))``
+        Downstream read data, one line per read, in order.
+    csr : ``In(CSRBusSignature)``
+        The register bus (:func:`~neuron_fabric.golden.regmap.register_map`).
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a parameter of the wrong type or out of range.
+    """
+
+    def __init__(self, *, params=None, max_reads=16):
+        params = FabricParams() if params is None else params
+        if not isinstance(params, FabricParams):
+            raise TypeError(f"params must be a FabricParams, not {params!r}")
+        self.params = params
+        self.max_reads = check_int("max_reads", max_reads, low=1, high=1024)
+        self.regmap = register_map(params)
+        p = params
+        super().__init__({
+            "i_req": In(stream.Signature(request_layout(line_bits=p.line_bits,
+                                                        worker_bits=p.worker_bits))),
+            "o_resp": Out(stream.Signature(response_layout(line_bits=p.line_bits))),
+            "o_mem": Out(stream.Signature(mem_request_layout(line_bits=p.line_bits))),
+            "i_mem": In(stream.Signature(unsigned(p.line_bits))),
+            "csr": In(CSRBusSignature(addr_width=self.regmap.address_bits)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        L, MW, CW = p.line_bits, p.max_workers, p.counter_bits
+        rows = p.num_windows * p.depth
+        row_bits = L * CW  # G-Binary counts; G-Ternary sums (L/2 lanes of C+1 bits) fit too
+        readout_bits = max(max_readout_lines(route, line_bits=L, counter_bits=CW)
+                           for route in Route) * L
+
+        m.submodules.csr_block = csr_block = CSRBlock(regmap=self.regmap)
+        m.submodules.sign_count = sign_count = SignCountEngine(
+            line_bits=L, max_workers=MW, counter_bits=CW)
+        m.submodules.ternary_gate = ternary_gate = TernaryGateEngine(
+            line_bits=L, max_workers=MW, counter_bits=CW)
+        m.submodules.passthrough = passthrough = Fp32Passthrough(
+            line_bits=L, max_reads=self.max_reads)
+        m.submodules.slots = slots = memory.Memory(shape=unsigned(row_bits), depth=rows, init=[])
+        m.submodules.bitmaps = bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[])
+        wiring.connect(m, wiring.flipped(self.csr), csr_block.bus)
+        wiring.connect(m, passthrough.o_mem, wiring.flipped(self.o_mem))
+        wiring.connect(m, wiring.flipped(self.i_mem), passthrough.i_mem)
+
+        regs = csr_block.fields
+
+        def reg(register, field):
+            r = self.regmap[register]
+            return getattr(regs, field_port(r, r.field(field)))
+
+        num_workers = reg("NUM_WORKERS", "N")
+        complete_mask = Signal(MW)  # workers 0 .. N-1
+        m.d.comb += complete_mask.eq((C(1, MW + 1) << num_workers) - 1)
+        workers_ok = (num_workers >= 1) & (num_workers <= MW)
+
+        # ------------------------------------------------------------ pipeline control
+        move = Signal()            # every stage advances this cycle
+        clear_busy = Signal()      # a clear is pending or running: take no requests
+        request = self.i_req.payload
+        stage_shape = dict(
+            valid=1, op=2, worker=p.worker_bits, data=L,
+            claimed=1, row=range(rows), route=1, readout=3, config_ok=1, addr=ADDR_BITS)
+
+        def stage(name):
+            return {key: Signal(shape, name=f"{name}_{key}") for key, shape in stage_shape.items()}
+
+        s1 = stage("decode")
+        s2 = stage("read")
+        s3 = stage("fold")
+
+        m.d.comb += self.i_req.ready.eq(move & ~clear_busy)
+        with m.If(move):
+            m.d.sync += [
+                s1["valid"].eq(self.i_req.valid & ~clear_busy),
+                s1["op"].eq(request.op), s1["worker"].eq(request.worker),
+                s1["data"].eq(request.data), s1["addr"].eq(request.addr),
+            ]
+
+        # ------------------------------------------------------------ 1. decode
+        # The lowest-numbered enabled window whose [BASE, BASE + SIZE) holds the address
+        # (modulo 2**ADDR_BITS) claims it; its slot is the offset from BASE.
+        claimed = C(0, 1)
+        row, route, readout, config_ok = C(0, 1), C(0, 1), C(0, 3), C(0, 1)
+        for w in reversed(range(p.num_windows)):
+            offset = Signal(ADDR_BITS, name=f"win{w}_offset")
+            hit = Signal(name=f"win{w}_hit")
+            w_route = reg(window_register(w, "CONFIG"), "ROUTE")
+            w_readout = reg(window_register(w, "CONFIG"), "READOUT")
+            w_size = reg(window_register(w, "SIZE"), "SLOTS")
+            readout_ok = Mux(
+                w_route == Route.GBINARY,
+                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GBINARY]).any(),
+                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GTERNARY]).any())
+            m.d.comb += [
+                offset.eq(s1["addr"] - reg(window_register(w, "BASE"), "ADDR")),
+                hit.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")
+                       & (offset < w_size)),
+            ]
+            slot = offset[:max(1, (p.depth - 1).bit_length())]
+            claimed = hit | claimed
+            row = Mux(hit, w * p.depth + slot, row)
+            route = Mux(hit, w_route, route)
+            readout = Mux(hit, w_readout, readout)
+            config_ok = Mux(hit, (w_size <= p.depth) & readout_ok & workers_ok, config_ok)
+        with m.If(move):
+            m.d.sync += [s2[key].eq(s1[key]) for key in ("valid", "op", "worker", "data", "addr")]
+            m.d.sync += [s2["claimed"].eq(claimed), s2["row"].eq(row), s2["route"].eq(route),
+                         s2["readout"].eq(readout), s2["config_ok"].eq(config_ok)]
+
+        # ------------------------------------------------------------ 2. read
+        # The slot is read at the edge that moves the request into *fold*. The request in
+        # *fold* writes its slot at that same edge, which the read does not see: when both
+        # are the same row, *fold* takes the row just written (``forward``) instead.
+        slots_rd = slots.read_port()
+        bitmaps_rd = bitmaps.read_port()
+        slots_wr = slots.write_port()
+        bitmaps_wr = bitmaps.write_port()
+        m.d.comb += [slots_rd.addr.eq(s2["row"]), bitmaps_rd.addr.eq(s2["row"]),
+                     slots_rd.en.eq(move), bitmaps_rd.en.eq(move)]
+        forward = Signal()
+        writes_slot = Signal()     # the request in *fold* writes its slot
+        with m.If(move):
+            m.d.sync += [s3[key].eq(s2[key]) for key in stage_shape]
+            m.d.sync += forward.eq(s3["valid"] & writes_slot & (s3["row"] == s2["row"]))
+
+        # ------------------------------------------------------------ 3. fold
+        last_row = Signal(row_bits)      # the row most recently written by *fold*
+        last_bitmap = Signal(MW)
+        row_in = Signal(row_bits)
+        bitmap_in = Signal(MW)
+        m.d.comb += [row_in.eq(Mux(forward, last_row, slots_rd.data)),
+                     bitmap_in.eq(Mux(forward, last_bitmap, bitmaps_rd.data))]
+
+        is_write = s3["op"] == Op.WRITE
+        is_read_clear = s3["op"] == Op.READ_CLEAR
+        is_gbinary = s3["route"] == Route.GBINARY
+        worker_bit = Signal(MW)
+        m.d.comb += worker_bit.eq(C(1, MW) << s3["worker"])
+        status = Signal(2)
+        flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS}
+        fold = Signal()
+        to_memory = Signal()
+        with m.If(~s3["claimed"]):
+            with m.If(is_read_clear):
+                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
+            with m.Else():
+                m.d.comb += [status.eq(Status.OK), to_memory.eq(1)]
+        with m.Elif(~s3["config_ok"]):
+            m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_CONFIG"].eq(1)]
+        with m.Elif(is_write):
+            with m.If(s3["worker"] >= num_workers):
+                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
+            with m.Elif((bitmap_in & worker_bit).any()):
+                m.d.comb += [status.eq(Status.DUPLICATE), flags["DUPLICATE"].eq(1)]
+            with m.Else():
+                m.d.comb += [status.eq(Status.OK), fold.eq(1)]
+        with m.Elif((bitmap_in & complete_mask) != complete_mask):
+            m.d.comb += [status.eq(Status.NOT_READY), flags["NOT_READY"].eq(1)]
+        with m.Else():
+            m.d.comb += status.eq(Status.OK)
+        read_clears = s3["claimed"] & s3["config_ok"] & is_read_clear & (status == Status.OK)
+        m.d.comb += writes_slot.eq(fold | read_clears)
+
+        m.d.comb += [
+            sign_count.i.valid.eq(s3["valid"]),
+            sign_count.i.payload.counts.eq(row_in[:L * CW]),
+            sign_count.i.payload.votes.eq(s3["data"]),
+            sign_count.i.payload.fold.eq(fold & is_gbinary),
+            sign_count.i.payload.num_workers.eq(num_workers),
+            sign_count.i.payload.readout.eq(s3["readout"]),
+            sign_count.o.ready.eq(1),
+            ternary_gate.i.valid.eq(s3["valid"]),
+            ternary_gate.i.payload.sums.eq(row_in[:L // 2 * (CW + 1)]),
+            ternary_gate.i.payload.codes.eq(s3["data"]),
+            ternary_gate.i.payload.fold.eq(fold & ~is_gbinary),
+            ternary_gate.i.payload.gate.eq(reg("GATE", "GATE")),
+            ternary_gate.i.payload.readout.eq(s3["readout"]),
+            ternary_gate.o.ready.eq(1),
+        ]
+        m.d.comb += [flags["SATURATED"].eq(Mux(is_gbinary, sign_count.o.payload.saturated,
+                                               ternary_gate.o.payload.saturated)),
+                     flags["INVALID_CODE"].eq(~is_gbinary & ternary_gate.o.payload.invalid)]
+
+        row_out = Signal(row_bits)
+        bitmap_out = Signal(MW)
+        with m.If(read_clears):
+            m.d.comb += [row_out.eq(0), bitmap_out.eq(0)]
+        with m.Else():
+            m.d.comb += [row_out.eq(Mux(is_gbinary, sign_count.o.payload.counts.as_value(),
+                                        ternary_gate.o.payload.sums.as_value())),
+                         bitmap_out.eq(bitmap_in | worker_bit)]
+
+        # Write-back, shared with the clearing sweep (which runs only when the pipeline is empty).
+        sweeping = Signal()
+        sweep_row = Signal(range(rows))
+        fold_writes = move & s3["valid"] & writes_slot
+        m.d.comb += [
+            slots_wr.addr.eq(Mux(sweeping, sweep_row, s3["row"])),
+            bitmaps_wr.addr.eq(Mux(sweeping, sweep_row, s3["row"])),
+            slots_wr.data.eq(Mux(sweeping, 0, row_out)),
+            bitmaps_wr.data.eq(Mux(sweeping, 0, bitmap_out)),
+            slots_wr.en.eq(sweeping | fold_writes),
+            bitmaps_wr.en.eq(sweeping | fold_writes),
+        ]
+        with m.If(fold_writes):
+            m.d.sync += [last_row.eq(row_out), last_bitmap.eq(bitmap_out)]
+
+        # Readout lines and their count, by the window's readout.
+        readout_data = Mux(is_gbinary, sign_count.o.payload.readout,
+                           ternary_gate.o.payload.readout)
+        lines = C(1, 3)
+        for r in Readout:
+            lines = Mux(s3["readout"] == r, readout_lines(r, line_bits=L, counter_bits=CW), lines)
+
+        # ------------------------------------------------------------ 4. respond
+        # A request here may need to send a memory request (``r_send``) and to answer
+        # locally (``r_answer``): a read of memory only sends (its data comes back through
+        # the passthrough), a write of memory does both (acknowledged with a zero line), the
+        # rest only answer. It retires when both are done, in the same cycle or not.
+        r_valid = Signal()
+        r_send = Signal()
+        r_answer = Signal()
+        r_write = Signal()
+        r_status = Signal(2)
+        r_addr = Signal(ADDR_BITS)
+        r_data = Signal(readout_bits)  # readout lines, line 0 first; or the written line
+        r_beats = Signal(range(max(2, readout_bits // L + 1)))  # beats left to answer
+        reads_pending = passthrough.reads_in_flight != 0
+
+        m.d.comb += [
+            passthrough.i_req.valid.eq(r_valid & r_send),
+            passthrough.i_req.payload.write.eq(r_write),
+            passthrough.i_req.payload.addr.eq(r_addr),
+            passthrough.i_req.payload.data.eq(r_data[:L]),
+        ]
+        sent = passthrough.i_req.valid & passthrough.i_req.ready
+        answering = r_valid & r_answer
+        beat_done = Signal()
+        with m.If(reads_pending):  # earlier memory reads answer first, in order
+            m.d.comb += [
+                self.o_resp.valid.eq(passthrough.o_data.valid),
+                self.o_resp.payload.status.eq(Status.OK),
+                self.o_resp.payload.last.eq(1),
+                self.o_resp.payload.data.eq(passthrough.o_data.payload),
+                passthrough.o_data.ready.eq(self.o_resp.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                self.o_resp.valid.eq(answering),
+                self.o_resp.payload.status.eq(r_status),
+                self.o_resp.payload.last.eq(r_beats == 1),
+                self.o_resp.payload.data.eq(Mux(r_write, 0, r_data[:L])),  # writes answer 0
+                beat_done.eq(answering & self.o_resp.ready),
+            ]
+        answered = beat_done & (r_beats == 1)
+        retire = r_valid & (~r_send | sent) & (~r_answer | answered)
+        m.d.comb += move.eq(~r_valid | retire)
+
+        answers_readout = s3["claimed"] & (status == Status.OK) & ~is_write
+        with m.If(move):
+            m.d.sync += [
+                r_valid.eq(s3["valid"]),
+                r_send.eq(to_memory),
+                r_answer.eq(~to_memory | is_write),
+                r_write.eq(is_write),
+                r_status.eq(status),
+                r_addr.eq(s3["addr"]),
+                r_data.eq(Mux(to_memory, s3["data"], Mux(answers_readout, readout_data, 0))),
+                r_beats.eq(Mux(answers_readout, lines, 1)),
+            ]
+        with m.Else():
+            with m.If(sent):
+                m.d.sync += r_send.eq(0)
+            with m.If(beat_done):
+                m.d.sync += r_beats.eq(r_beats - 1)
+                # Shift the next readout line in; a write's line stays until it is sent.
+                with m.If(r_beats == 1):
+                    m.d.sync += r_answer.eq(0)
+                with m.Else():
+                    m.d.sync += r_data.eq(r_data >> L)
+
+        # ------------------------------------------------------------ clearing
+        # Reset, CLEAR_SLOTS and window writes mark windows to clear. Requests stop, the
+        # pipeline drains, then each marked window's rows are written empty, one per cycle.
+        clear_pending = Signal(p.num_windows, init=(1 << p.num_windows) - 1)
+        sweep_window = Signal(range(p.num_windows))
+        sweep_slot = Signal(range(p.depth))
+        requested = Cat(
+            regs.control_clear_slots
+            | Cat(getattr(regs, written_port(self.regmap[window_register(w, name)]))
+                  for name in ("BASE", "SIZE", "CONFIG")).any()
+            for w in range(p.num_windows))
+        drained = ~(s1["valid"] | s2["valid"] | s3["valid"])
+        m.d.comb += [clear_busy.eq(clear_pending.any() | sweeping),
+                     sweep_row.eq(sweep_window * p.depth + sweep_slot)]
+        next_pending = Signal(p.num_windows)
+        m.d.comb += next_pending.eq(clear_pending | requested)
+        with m.If(sweeping):
+            m.d.sync += sweep_slot.eq(sweep_slot + 1)
+            with m.If(sweep_slot == p.depth - 1):
+                m.d.sync += [sweeping.eq(0), sweep_slot.eq(0)]
+            m.d.sync += clear_pending.eq(next_pending)
+        with m.Elif(clear_pending.any() & drained):
+            # Start on the lowest marked window; unmark it now, so a request that comes in
+            # during its sweep marks it again.
+            m.d.sync += sweeping.eq(1)
+            unmarked = next_pending
+            for w in reversed(range(p.num_windows)):
+                with m.If(clear_pending[w]):
+                    m.d.sync += sweep_window.eq(w)
+            lowest = Signal(p.num_windows)
+            m.d.comb += lowest.eq(clear_pending & -clear_pending)
+            m.d.sync += clear_pending.eq(unmarked & ~lowest)
+        with m.Else():
+            m.d.sync += clear_pending.eq(next_pending)
+
+        # ------------------------------------------------------------ flags and counters
+        retiring = move & s3["valid"]
+        for flag, signal in flags.items():
+            m.d.comb += getattr(regs, f"errors_{flag.lower()}_set").eq(retiring & signal)
+        events = {
+            "GBIN_LINES": fold & is_gbinary,
+            "GTERN_LINES": fold & ~is_gbinary,
+            "FP32_LINES": to_memory,
+            "RESPONSES": 1,
+            "NOT_READY_COUNT": status == Status.NOT_READY,
+            "DUPLICATE_COUNT": status == Status.DUPLICATE,
+            "BAD_REQUEST_COUNT": status == Status.BAD_REQUEST,
+            "INVALID_LINES": flags["INVALID_CODE"],
+        }
+        for name in COUNTERS:
+            counter = Signal(32, name=f"count_{name.lower()}")
+            if name == "STALL_CYCLES":
+                event = ((self.o_resp.valid & ~self.o_resp.ready)
+                         | (self.o_mem.valid & ~self.o_mem.ready))
+            else:
+                event = retiring & events[name]
+            with m.If(regs.control_clear_counters):
+                m.d.sync += counter.eq(0)
+            with m.Elif(event):
+                m.d.sync += counter.eq(counter + 1)
+            m.d.comb += getattr(regs, f"{name.lower()}_count").eq(counter)
+        return m

@@ -1,0 +1,129 @@
+"""The CSR block, generated from the register map data (DESIGN.md section 6)."""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden.regmap import Access, RegisterMap
+from .layouts import CSRBusSignature
+
+__all__ = ["CSRBlock", "field_port"]
+
+
+def field_port(register, field):
+    """The name of the port of ``register``'s ``field`` (``"control_enable"``)."""
+    return f"{register.name}_{field.name}".lower()
+
+
+def written_port(register):
+    """The name of the pulse that follows a write to ``register`` (``"win0_base_written"``)."""
+    return f"{register.name}_written".lower()
+
+
+class CSRBlock(wiring.Component):
+    """32-bit registers with the actions of a :class:`~neuron_fabric.golden.regmap.RegisterMap`.
+
+    Each field becomes a port of ``fields``, named ``<register>_<field>`` in lower case:
+
+    - ``RW``: an output holding the stored value (reset to the field's reset value);
+    - ``W``: an output that pulses for one cycle, the cycle after a write of 1;
+    - ``RW1C``: an input ``..._set``: a sticky flag set by the hardware, cleared by writing
+      1 (a set in the same cycle as the clear wins, so no event is lost);
+    - ``RW1S``: an output set by writing 1, and an input ``..._clear`` for the hardware;
+    - ``R`` with a constant: no port, the constant is read;
+    - ``R`` otherwise: an input whose value is read (counters).
+
+    Every register with a stored field also has an output ``<register>_written`` that pulses
+    the cycle after a write to it, for side effects (a window write empties the window).
+
+    The bus (``bus``, :class:`~.layouts.CSRBusSignature`) never waits: a read returns data
+    the cycle after ``r_stb``; a write takes effect at the clock edge of ``w_stb``. Byte
+    addresses that are not a register read 0 and ignore writes.
+
+    Parameters
+    ----------
+    regmap : RegisterMap
+        The register map.
+
+    Members
+    -------
+    bus : ``In(CSRBusSignature(addr_width=regmap.address_bits))``
+    fields : ``Out(wiring.Signature(...))``
+        One port per field as listed above.
+
+    Raises
+    ------
+    TypeError
+        When ``regmap`` is not a :class:`RegisterMap`.
+    """
+
+    def __init__(self, *, regmap):
+        if not isinstance(regmap, RegisterMap):
+            raise TypeError(f"regmap must be a RegisterMap, not {regmap!r}")
+        self.regmap = regmap
+        members = {}
+        for reg in regmap:
+            stored = False
+            for f in reg.fields:
+                name = field_port(reg, f)
+                if f.access in (Access.RW, Access.RW1S):
+                    members[name] = Out(f.width, init=f.reset)
+                    stored = True
+                if f.access is Access.W:
+                    members[name] = Out(1)
+                elif f.access is Access.RW1C:
+                    members[name + "_set"] = In(1)
+                    stored = True
+                elif f.access is Access.RW1S:
+                    members[name + "_clear"] = In(1)
+                elif f.access is Access.R and f.const is None:
+                    members[name] = In(f.width)
+            if stored:
+                members[written_port(reg)] = Out(1)
+        super().__init__({
+            "bus": In(CSRBusSignature(addr_width=regmap.address_bits)),
+            "fields": Out(wiring.Signature(members)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus, ports = self.bus, self.fields
+        # A read returns 0 in every bit that no field of the addressed register drives.
+        with m.If(bus.r_stb):
+            m.d.sync += bus.r_data.eq(0)
+        for reg in self.regmap:
+            selected = Signal(name=f"{reg.name.lower()}_selected")
+            m.d.comb += selected.eq(bus.addr == reg.address)
+            write = bus.w_stb & selected
+            value = []  # (field, signal) pairs the register reads
+            for f in reg.fields:
+                port = getattr(ports, field_port(reg, f), None)
+                bits = bus.w_data[f.offset:f.offset + f.width]
+                if f.access is Access.RW:
+                    with m.If(write):
+                        m.d.sync += port.eq(bits)
+                    value.append((f, port))
+                elif f.access is Access.W:
+                    m.d.sync += port.eq(write & bits)
+                elif f.access is Access.RW1C:
+                    flag = Signal(name=field_port(reg, f))
+                    with m.If(getattr(ports, field_port(reg, f) + "_set")):
+                        m.d.sync += flag.eq(1)
+                    with m.Elif(write & bits):
+                        m.d.sync += flag.eq(0)
+                    value.append((f, flag))
+                elif f.access is Access.RW1S:
+                    with m.If(write & bits):
+                        m.d.sync += port.eq(1)
+                    with m.Elif(getattr(ports, field_port(reg, f) + "_clear")):
+                        m.d.sync += port.eq(0)
+                    value.append((f, port))
+                elif f.const is not None:
+                    value.append((f, f.const))
+                else:
+                    value.append((f, port))
+            if hasattr(ports, written_port(reg)):
+                m.d.sync += getattr(ports, written_port(reg)).eq(write)
+            with m.If(bus.r_stb & selected):
+                m.d.sync += [bus.r_data[f.offset:f.offset + f.width].eq(v) for f, v in value]
+        return m

@@ -1,0 +1,211 @@
+"""A cycle-level bench for the controller top in Amaranth's simulator, checked against the golden model.
+
+:func:`run` plays a list of operations (requests and CSR accesses) into a
+:class:`~neuron_fabric.hw.controller.Controller`, with a seeded generator choosing upstream
+idle cycles, response backpressure, memory backpressure and memory read latency. It plays
+the same list into :class:`~neuron_fabric.golden.controller.ControllerModel` and returns both
+sides, with the cycle of every transfer, for the tests to compare.
+
+One testbench drives every interface each cycle: it sets the inputs, reads the settled
+outputs, records the transfers that the next clock edge makes, then ticks. CSR accesses
+wait until every earlier response has arrived, which makes the sequence the model sees
+the same as the hardware's.
+"""
+
+import dataclasses
+
+import numpy as np
+from amaranth.sim import Simulator
+
+from ..golden import lines as _lines
+from ..golden.controller import ControllerModel, LineMemory, Op, Request, Response, Status
+from ..golden.params import FabricParams
+from ..hw.controller import Controller
+from .scenarios import CsrRead, CsrWrite
+
+__all__ = ["Timing", "BenchResult", "run", "evaluate_stage"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """How the bench's side of each interface behaves, drawn per cycle from the seed.
+
+    ``idle``: chance that the requester holds back a request it has; ``backpressure``:
+    chance that ``o_resp`` is not ready; ``mem_backpressure``: chance that ``o_mem`` is not
+    ready; ``mem_latency``: the memory's read latency in cycles, drawn from ``[low, high]``.
+    """
+    idle: float = 0.0
+    backpressure: float = 0.0
+    mem_backpressure: float = 0.0
+    mem_latency: tuple = (1, 1)
+
+
+@dataclasses.dataclass
+class BenchResult:
+    """What a run saw, next to what the golden model answers."""
+    responses: list        # Response per request, from the hardware
+    expected: list         # Response per request, from the model
+    csr_reads: list        # (addr, hardware value, model value) per CsrRead
+    request_cycles: list   # cycle of each request's transfer
+    beat_cycles: list      # cycles of each response's beats
+    memory: LineMemory     # the bench's downstream memory
+    model: ControllerModel
+    cycles: int
+
+
+def _payload(request, params):
+    data = request.data if request.op is Op.WRITE else bytes(params.line_bits // 8)
+    return {"op": int(request.op), "addr": request.addr, "worker": request.worker,
+            "data": _lines.line_to_int(data)}
+
+
+def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, max_cycles=200_000,
+        vcd=None):
+    """Play ``ops`` (``Request``, ``CsrWrite``, ``CsrRead``) into the hardware and the model.
+
+    ``seed`` feeds the generator of the timing choices. Raises ``RuntimeError`` when the
+    hardware stops answering for ``max_cycles`` cycles. With ``vcd`` set, writes waves there.
+    """
+    params = params or FabricParams()
+    rng = np.random.default_rng(seed)
+    dut = Controller(params=params, max_reads=max_reads)
+    model = ControllerModel(params)
+    expected, model_reads = [], []
+    for op in ops:
+        if isinstance(op, Request):
+            expected.append(model.submit(op))
+        elif isinstance(op, CsrWrite):
+            model.csr_write(op.addr, op.value)
+        else:
+            model_reads.append(model.csr_read(op.addr))
+
+    line_bytes = params.line_bits // 8
+    state = dict(cycle=0, hw_reads=[], responses=[], beats=[], req_cycles=[], beat_cycles=[])
+    memory = LineMemory(line_bits=params.line_bits)
+
+    async def bench(ctx):
+        pending = list(ops)
+        in_flight = 0          # requests sent, responses not complete
+        read_queue = []        # (ready cycle, data) of memory reads
+        idle_since = 0
+        # Run until every request is answered and the last memory write has gone out.
+        while pending or in_flight or read_queue or ctx.get(dut.o_mem.valid):
+            cycle = state["cycle"]
+            op = pending[0] if pending else None
+            # A CSR access waits for every earlier response.
+            if op is not None and not isinstance(op, Request) and in_flight == 0:
+                pending.pop(0)
+                ctx.set(dut.i_req.valid, 0)
+                if isinstance(op, CsrWrite):
+                    ctx.set(dut.csr.addr, op.addr)
+                    ctx.set(dut.csr.w_data, op.value)
+                    ctx.set(dut.csr.w_stb, 1)
+                    await ctx.tick()
+                    ctx.set(dut.csr.w_stb, 0)
+                    await ctx.tick()  # strobes and window clears start the cycle after
+                else:
+                    ctx.set(dut.csr.addr, op.addr)
+                    ctx.set(dut.csr.r_stb, 1)
+                    await ctx.tick()
+                    ctx.set(dut.csr.r_stb, 0)
+                    state["hw_reads"].append(ctx.get(dut.csr.r_data))
+                state["cycle"] += 2 if isinstance(op, CsrWrite) else 1
+                continue
+
+            offer = isinstance(op, Request) and rng.random() >= timing.idle
+            ctx.set(dut.i_req.valid, offer)
+            if offer:
+                ctx.set(dut.i_req.payload, _payload(op, params))
+            ctx.set(dut.o_resp.ready, rng.random() >= timing.backpressure)
+            ctx.set(dut.o_mem.ready, rng.random() >= timing.mem_backpressure)
+            mem_valid = bool(read_queue) and read_queue[0][0] <= cycle
+            ctx.set(dut.i_mem.valid, mem_valid)
+            if mem_valid:
+                ctx.set(dut.i_mem.payload, read_queue[0][1])
+
+            if offer and ctx.get(dut.i_req.ready):
+                pending.pop(0)
+                in_flight += 1
+                state["req_cycles"].append(cycle)
+                state["beats"].append([])
+                state["beat_cycles"].append([])
+            if ctx.get(dut.o_resp.valid) and ctx.get(dut.o_resp.ready):
+                beat = ctx.get(dut.o_resp.payload)
+                index = len(state["responses"])
+                if index >= len(state["beats"]):
+                    raise AssertionError(f"cycle {cycle}: a response beat with no request")
+                state["beats"][index].append((int(beat.status), int(beat.data)))
+                state["beat_cycles"][index].append(cycle)
+                if beat.last:
+                    beats = state["beats"][index]
+                    state["responses"].append(Response(Status(beats[0][0]), tuple(
+                        data.to_bytes(line_bytes, "little") for _, data in beats)))
+                    in_flight -= 1
+                idle_since = cycle
+            if ctx.get(dut.o_mem.valid) and ctx.get(dut.o_mem.ready):
+                mreq = ctx.get(dut.o_mem.payload)
+                if mreq.write:
+                    memory.write(int(mreq.addr), int(mreq.data).to_bytes(line_bytes, "little"))
+                else:
+                    latency = int(rng.integers(timing.mem_latency[0], timing.mem_latency[1] + 1))
+                    data = _lines.line_to_int(memory.read(int(mreq.addr)))
+                    read_queue.append((cycle + latency, data))
+            if mem_valid and ctx.get(dut.i_mem.ready):
+                read_queue.pop(0)
+            await ctx.tick()
+            state["cycle"] += 1
+            if state["cycle"] - idle_since > max_cycles:
+                raise RuntimeError(f"no response for {max_cycles} cycles at cycle {cycle}: "
+                                   f"{in_flight} requests unanswered")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    if vcd:
+        with sim.write_vcd(vcd):
+            sim.run()
+    else:
+        sim.run()
+    reads = [op.addr for op in ops if isinstance(op, CsrRead)]
+    return BenchResult(
+        responses=state["responses"], expected=expected,
+        csr_reads=list(zip(reads, state["hw_reads"], model_reads)),
+        request_cycles=state["req_cycles"], beat_cycles=state["beat_cycles"],
+        memory=memory, model=model, cycles=state["cycle"])
+
+
+
+def evaluate_stage(stage, inputs):
+    """Evaluate a combinational stream stage (a lane engine) on each input payload.
+
+    ``inputs`` is a list of ``{field: int}`` for ``stage.i.payload`` (every field given, a
+    lane array as one integer). Returns, per input, ``{field: int}`` of ``stage.o.payload``
+    and checks that ``o.valid`` and ``i.ready`` follow the handshake. One simulation covers
+    the whole list, so the design is compiled once.
+    """
+    in_fields = [name for name, _ in stage.i.payload.shape()]
+    out_fields = [name for name, _ in stage.o.payload.shape()]
+    outputs = []
+
+    async def bench(ctx):
+        for values in inputs:
+            for name in in_fields:
+                ctx.set(getattr(stage.i.payload, name).as_value()
+                        if hasattr(getattr(stage.i.payload, name), "as_value")
+                        else getattr(stage.i.payload, name), values[name])
+            for valid, ready in ((1, 1), (0, 1), (1, 0)):
+                ctx.set(stage.i.valid, valid)
+                ctx.set(stage.o.ready, ready)
+                if (ctx.get(stage.o.valid), ctx.get(stage.i.ready)) != (valid, ready):
+                    raise AssertionError(f"{type(stage).__name__} breaks the handshake: "
+                                         f"i.valid={valid} o.ready={ready}")
+            outputs.append({name: _raw(ctx, getattr(stage.o.payload, name)) for name in out_fields})
+
+    sim = Simulator(stage)
+    sim.add_testbench(bench)
+    sim.run()
+    return outputs
+
+
+def _raw(ctx, field):
+    return int(ctx.get(field.as_value() if hasattr(field, "as_value") else field))

@@ -1,0 +1,179 @@
+# amaranth: UnusedElaboratable=no
+"""The controller top in Amaranth's simulator against the golden transaction model.
+
+Every response (status and data, beat by beat), every CSR read and the downstream memory
+are compared with :class:`~neuron_fabric.golden.controller.ControllerModel`. Timing choices
+(upstream idles, response and memory backpressure, memory latency) come from a seeded
+generator whose seed is in the test id.
+"""
+
+import collections
+
+import numpy as np
+import pytest
+
+from neuron_fabric.golden import gbinary
+from neuron_fabric.golden.controller import Op, Request, Status
+from neuron_fabric.golden.formats import Readout, Route
+from neuron_fabric.golden.params import PRESETS, FabricParams
+from neuron_fabric.golden.regmap import register_map
+from neuron_fabric.hw.controller import LATENCY, Controller
+from neuron_fabric.sim import scenarios
+from neuron_fabric.sim.amaranth_bench import Timing, run
+
+SMALL = PRESETS["small"]  # 128-bit lines, 4 workers, 8 slots, 2 windows
+STALLS = Timing(idle=0.25, backpressure=0.3, mem_backpressure=0.3, mem_latency=(1, 6))
+
+
+def assert_matches_model(result, regmap):
+    assert len(result.responses) == len(result.expected), "a response is missing or extra"
+    for index, (got, want) in enumerate(zip(result.responses, result.expected)):
+        assert got == want, f"response {index}: hardware {got} but the model says {want}"
+    for addr, got, want in result.csr_reads:
+        assert got == want, f"CSR {regmap.at(addr).name}: hardware {got:#x}, model {want:#x}"
+    assert result.memory.lines == result.model.memory.lines, "downstream memory differs"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_random_traffic_matches_model_under_stalls(seed):
+    regmap = register_map(SMALL)
+    ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(seed), n_ops=250)
+    ops += scenarios.read_all_registers(regmap)
+    result = run(ops, params=SMALL, seed=seed, timing=STALLS)
+    assert_matches_model(result, regmap)
+    statuses = collections.Counter(r.status for r in result.expected)
+    assert set(statuses) == set(Status), f"the traffic must reach every status, not {statuses}"
+
+
+def test_random_traffic_with_three_windows_and_wide_workers():
+    params = FabricParams(line_bits=256, max_workers=7, depth=5, num_windows=3)
+    regmap = register_map(params)
+    ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(7), n_ops=200)
+    ops += scenarios.read_all_registers(regmap)
+    assert_matches_model(run(ops, params=params, seed=7, timing=STALLS), regmap)
+
+
+@pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
+def test_real_gradients_through_every_readout(traces, workload):
+    """Four workers' real buckets, interleaved, through each readout of both routes."""
+    regmap = register_map(SMALL)
+    rng = np.random.default_rng(11)
+    ops = scenarios.trace_rounds(traces[workload], regmap=regmap, step_index=1, rng=rng,
+                                 max_lines=8)
+    ops += scenarios.read_all_registers(regmap)
+    result = run(ops, params=SMALL, seed=11, timing=STALLS)
+    assert_matches_model(result, regmap)
+    readouts = [r for r in result.expected if len(r.lines) > 1]
+    assert readouts, "multi-line readouts must be exercised"
+
+
+def test_fp32_lines_pass_through_byte_exact():
+    """NaN payloads, -0.0, denormals and infinities written and read back unchanged."""
+    regmap = register_map(SMALL)
+    special = np.array([np.nan, -0.0, 1e-45, -np.inf, np.inf, 0.0, -1.5, 3.4e38] * 2,
+                       dtype=np.float32)
+    special.view(np.uint32)[0] = 0x7FC0_1234  # a NaN with a payload
+    lines = [special[i:i + 4].tobytes() for i in range(0, 16, 4)]  # 128-bit lines
+    lines.append(np.random.default_rng(0).bytes(16))
+    window = scenarios.Window(base=0, size=8, route=Route.GBINARY, readout=Readout.SIGN)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=2)
+    ops += [Request(Op.WRITE, 1000 + i, 0, line) for i, line in enumerate(lines)]
+    ops += [Request(Op.READ, 1000 + i) for i in range(len(lines))]
+    result = run(ops, params=SMALL, seed=5, timing=STALLS)
+    assert_matches_model(result, regmap)
+    assert [r.data for r in result.responses[-len(lines):]] == lines
+
+
+def burst_ops(regmap, rng, rounds):
+    """Back-to-back writes of every worker to one slot, then a READ_CLEAR, ``rounds`` times."""
+    p = regmap.params
+    window = scenarios.Window(base=64, size=1, route=Route.GBINARY, readout=Readout.SIGN)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=p.max_workers)
+    for _ in range(rounds):
+        for worker in range(p.max_workers):
+            ops.append(Request(Op.WRITE, 64, worker, rng.bytes(p.line_bits // 8)))
+        ops.append(Request(Op.READ_CLEAR, 64))
+    return ops
+
+
+def test_one_line_per_clock_to_one_slot_and_fixed_latency():
+    """The default 512-bit top: 8 rounds of 16 workers writing one slot back to back.
+
+    Without stalls every request is taken on consecutive cycles (II = 1) and every
+    response comes exactly LATENCY cycles after its request.
+    """
+    params = PRESETS["default"]
+    regmap = register_map(params)
+    ops = burst_ops(regmap, np.random.default_rng(3), rounds=8)
+    result = run(ops, params=params, seed=3)
+    assert_matches_model(result, regmap)
+    cycles = np.array(result.request_cycles)
+    assert np.all(np.diff(cycles) == 1), f"requests were not taken every cycle: {cycles}"
+    latency = {beats[0] - sent for sent, beats in zip(result.request_cycles, result.beat_cycles)}
+    assert latency == {LATENCY}, f"latency must be {LATENCY} cycles, not {sorted(latency)}"
+    # The majority over all 16 workers is exact: forwarding lost no vote.
+    reads = [r for r in result.responses if len(r.lines) == 1 and r.data != bytes(64)]
+    assert len(reads) >= 7
+
+
+def test_bursts_with_stalls_lose_and_repeat_nothing():
+    regmap = register_map(SMALL)
+    ops = burst_ops(regmap, np.random.default_rng(4), rounds=12)
+    result = run(ops, params=SMALL, seed=4, timing=STALLS)
+    assert_matches_model(result, regmap)
+    assert result.model.counters["GBIN_LINES"] == 12 * SMALL.max_workers
+
+
+def test_flags_are_sticky_and_cleared_by_writing_one():
+    regmap = register_map(SMALL)
+    errors = regmap["ERRORS"]
+    window = scenarios.Window(base=0, size=2, route=Route.GBINARY, readout=Readout.SIGN)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=2)
+    ops += [Request(Op.READ, 0), Request(Op.WRITE, 0, 0, bytes(16)),
+            Request(Op.WRITE, 0, 0, bytes(16)), Request(Op.READ_CLEAR, 500)]
+    ops += [scenarios.CsrRead(errors.address),
+            scenarios.CsrWrite(errors.address, 0),  # writing 0 clears nothing
+            scenarios.CsrRead(errors.address),
+            scenarios.CsrWrite(errors.address, errors.encode(NOT_READY=1, DUPLICATE=1)),
+            scenarios.CsrRead(errors.address),
+            scenarios.CsrWrite(errors.address, 0xFFFF_FFFF),
+            scenarios.CsrRead(errors.address)]
+    result = run(ops, params=SMALL, seed=0)
+    assert_matches_model(result, regmap)
+    values = [errors.decode(got) for _, got, _ in result.csr_reads]
+    assert values[0] == values[1] == dict(values[1], NOT_READY=1, DUPLICATE=1, BAD_REQUEST=1)
+    assert values[2]["NOT_READY"] == values[2]["DUPLICATE"] == 0 and values[2]["BAD_REQUEST"]
+    assert not any(values[3].values())
+
+
+def test_registers_read_their_reset_values():
+    regmap = register_map(SMALL)
+    result = run(scenarios.read_all_registers(regmap, skip=()), params=SMALL)
+    for addr, got, _ in result.csr_reads:
+        assert got == regmap.at(addr).reset, f"{regmap.at(addr).name} after reset"
+
+
+def test_clear_slots_and_window_writes_empty_slots():
+    regmap = register_map(SMALL)
+    control = regmap["CONTROL"]
+    window = scenarios.Window(base=8, size=4, route=Route.GTERNARY, readout=Readout.SUMS)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=1)
+    ops += [Request(Op.WRITE, 8, 0, bytes([1] * 16)), Request(Op.WRITE, 9, 0, bytes([1] * 16)),
+            scenarios.CsrWrite(control.address, control.encode(ENABLE=1, CLEAR_SLOTS=1)),
+            Request(Op.READ, 8), Request(Op.WRITE, 8, 0, bytes([3] * 16)), Request(Op.READ, 8)]
+    ops += scenarios.configure(regmap, windows=[window], num_workers=1)
+    ops += [Request(Op.READ, 8), Request(Op.READ, 9)]
+    result = run(ops, params=SMALL, seed=1, timing=STALLS)
+    assert_matches_model(result, regmap)
+    assert [r.status for r in result.responses[-2:]] == [Status.NOT_READY] * 2
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(params="default"), TypeError, "params must be a FabricParams, not 'default'"),
+    (dict(max_reads=0), ValueError, "max_reads must be between 1 and 1024, not 0"),
+    (dict(max_reads=True), TypeError, "max_reads must be an integer, not True"),
+])
+def test_bad_parameters_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error) as info:
+        Controller(**kwargs)
+    assert str(info.value) == message

@@ -1,0 +1,111 @@
+# amaranth: UnusedElaboratable=no
+"""The G-Binary sign-count lane engine against the golden model, bit for bit."""
+
+import numpy as np
+import pytest
+
+from neuron_fabric.golden import gbinary
+from neuron_fabric.golden import lines as L
+from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, Route
+from neuron_fabric.hw.sign_count import SignCountEngine
+from neuron_fabric.sim.amaranth_bench import evaluate_stage
+
+
+def check_against_golden(engine, lines):
+    """Fold every worker's line into the golden prefix counts, then read out; compare all.
+
+    ``lines`` is ``(workers, n_lines, line_bytes)``. Step ``k`` starts from the golden counts
+    of workers ``0..k-1`` and must give those of ``0..k``; the readouts of the full counts
+    (every readout, N = workers) must equal the golden readout lines.
+    """
+    workers, n_lines, _ = lines.shape
+    cb = engine.counter_bits
+    prefix = [np.zeros((n_lines, engine.line_bits), np.uint8)]
+    saturated = []
+    for k in range(1, workers + 1):
+        counts, sat = gbinary.aggregate(lines[:k], max_workers=engine.max_workers,
+                                        counter_bits=cb, return_saturated=True)
+        prefix.append(counts)
+        saturated.append(sat.any(axis=1))
+    inputs, expected = [], []
+    for j in range(n_lines):
+        for k in range(workers):
+            inputs.append(dict(counts=L.lanes_to_int(prefix[k][j], lane_bits=cb),
+                               votes=L.line_to_int(lines[k, j]), fold=1,
+                               num_workers=workers, readout=0))
+            expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=cb)))
+        for readout in READOUTS_BY_ROUTE[Route.GBINARY]:
+            inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
+                               votes=L.line_to_int(lines[0, j]), fold=0,
+                               num_workers=workers, readout=readout))
+            golden = gbinary.readout(prefix[-1][j:j + 1], readout=readout, num_workers=workers,
+                                     counter_bits=cb)
+            expected.append((readout.name, j, None, L.line_to_int(golden.ravel())))
+    outputs = evaluate_stage(engine, inputs)
+    line_saturated = np.zeros(n_lines, bool)
+    for (what, j, k, want), got in zip(expected, outputs):
+        if what == "fold":
+            assert got["counts"] == want, f"line {j}, worker {k}: counts differ from golden"
+            line_saturated[j] |= bool(got["saturated"])
+        else:
+            assert got["readout"] == want, f"line {j}: {what} readout differs from golden"
+            assert got["counts"] == L.lanes_to_int(prefix[-1][j], lane_bits=cb), \
+                f"line {j}: a read (fold=0) changed the counts"
+    np.testing.assert_array_equal(line_saturated, np.any(saturated, axis=0),
+                                  err_msg="saturated flags differ from golden")
+
+
+@pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
+def test_fold_and_readouts_match_golden_on_real_gradients(traces, workload):
+    trace = traces[workload]
+    engine = SignCountEngine(line_bits=512, max_workers=16)
+    lines = []
+    for step_index in range(len(trace.steps)):
+        buckets = [trace.bucket(step_index, w) for w in range(trace.workers)]
+        encoded = np.stack([gbinary.encode(b, line_bits=512) for b in buckets])
+        lines.append(encoded[:, :: max(1, encoded.shape[1] // 4)][:, :4])  # spread over the bucket
+    check_against_golden(engine, np.concatenate(lines, axis=1))
+
+
+@pytest.mark.parametrize("line_bits,max_workers,counter_bits,workers,seed", [
+    (128, 4, None, 4, 0),
+    (256, 8, None, 7, 1),     # odd N: no ties
+    (256, 8, 2, 8, 2),        # a 2-bit counter under 8 workers saturates
+    (128, 64, None, 6, 3),
+])
+def test_random_lines_match_golden(line_bits, max_workers, counter_bits, workers, seed):
+    rng = np.random.default_rng(seed)
+    engine = SignCountEngine(line_bits=line_bits, max_workers=max_workers,
+                             counter_bits=counter_bits)
+    # Biased votes so that counts cover 0, ties and full majorities.
+    bias = rng.random((1, 3, line_bits))
+    votes = rng.random((workers, 3, line_bits)) < bias
+    lines = L.pack_lanes(votes.astype(np.uint8), lane_bits=1)
+    check_against_golden(engine, lines)
+
+
+def test_saturation_is_reported_only_when_a_counter_would_overflow():
+    engine = SignCountEngine(line_bits=128, max_workers=8, counter_bits=2)
+    full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
+    one_vote = L.line_to_int(L.pack_lanes(np.eye(1, 128, 7, dtype=np.uint8), lane_bits=1)[0])
+    out = evaluate_stage(engine, [
+        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0),
+        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0),
+        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0),
+    ])
+    assert [o["saturated"] for o in out] == [1, 0, 0]
+    assert all(o["counts"] == full for o in out)
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(line_bits=100), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 100"),
+    (dict(line_bits="512"), TypeError, "line_bits must be an integer, not '512'"),
+    (dict(max_workers=1), ValueError, "max_workers must be between 2 and 64, not 1"),
+    (dict(max_workers=65), ValueError, "max_workers must be between 2 and 64, not 65"),
+    (dict(max_workers=16, counter_bits=6), ValueError, "counter_bits must be between 1 and 5, not 6"),
+    (dict(counter_bits=0), ValueError, "counter_bits must be between 1 and 5, not 0"),
+])
+def test_bad_parameters_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error) as info:
+        SignCountEngine(**kwargs)
+    assert str(info.value) == message

@@ -1,0 +1,104 @@
+# amaranth: UnusedElaboratable=no
+"""The G-Ternary gate lane engine against the golden model, bit for bit."""
+
+import numpy as np
+import pytest
+
+from neuron_fabric.golden import gternary
+from neuron_fabric.golden import lines as L
+from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, Route
+from neuron_fabric.hw.ternary_gate import TernaryGateEngine
+from neuron_fabric.sim.amaranth_bench import evaluate_stage
+
+
+def check_against_golden(engine, lines, gates):
+    """Fold every worker's line into the golden prefix sums, then read out; compare all.
+
+    ``lines`` is ``(workers, n_lines, line_bytes)``. Step ``k`` starts from the golden sums
+    of workers ``0..k-1`` and must give those of ``0..k``, with the golden saturation and
+    invalid-code flags of that step; every readout of the full sums at each gate in
+    ``gates`` must equal the golden readout lines.
+    """
+    workers, n_lines, _ = lines.shape
+    width = engine.counter_bits + 1
+    prefix = [np.zeros((n_lines, engine.lanes), np.int8)]
+    saturated = []
+    for k in range(1, workers + 1):
+        sums, flags = gternary.aggregate(lines[:k], max_workers=engine.max_workers,
+                                         counter_bits=engine.counter_bits, return_flags=True)
+        prefix.append(sums)
+        saturated.append(flags["saturated"].any(axis=1))
+    invalid = gternary.invalid_lanes(lines).any(axis=2)  # (workers, n_lines)
+    inputs, expected = [], []
+    for j in range(n_lines):
+        for k in range(workers):
+            inputs.append(dict(sums=L.lanes_to_int(prefix[k][j], lane_bits=width),
+                               codes=L.line_to_int(lines[k, j]), fold=1, gate=0, readout=3))
+            expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=width)))
+        for readout in READOUTS_BY_ROUTE[Route.GTERNARY]:
+            for gate in gates:
+                inputs.append(dict(sums=L.lanes_to_int(prefix[-1][j], lane_bits=width),
+                                   codes=L.line_to_int(lines[0, j]), fold=0, gate=gate,
+                                   readout=readout))
+                golden = gternary.readout(prefix[-1][j:j + 1], readout=readout, gate=gate,
+                                          counter_bits=engine.counter_bits)
+                expected.append((f"{readout.name} gate {gate}", j, None,
+                                 L.line_to_int(golden.ravel())))
+    outputs = evaluate_stage(engine, inputs)
+    line_saturated = np.zeros(n_lines, bool)
+    for (what, j, k, want), got in zip(expected, outputs):
+        if what == "fold":
+            assert got["sums"] == want, f"line {j}, worker {k}: sums differ from golden"
+            assert got["invalid"] == invalid[k, j], f"line {j}, worker {k}: invalid flag"
+            line_saturated[j] |= bool(got["saturated"])
+        else:
+            assert got["readout"] == want, f"line {j}: {what} readout differs from golden"
+            assert got["sums"] == L.lanes_to_int(prefix[-1][j], lane_bits=width), \
+                f"line {j}: a read (fold=0) changed the sums"
+            assert not got["invalid"] and not got["saturated"], f"line {j}: a read raised a flag"
+    np.testing.assert_array_equal(line_saturated, np.any(saturated, axis=0),
+                                  err_msg="saturated flags differ from golden")
+
+
+@pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
+def test_fold_and_readouts_match_golden_on_real_gradients(traces, workload):
+    trace = traces[workload]
+    engine = TernaryGateEngine(line_bits=512, max_workers=16)
+    lines = []
+    for step_index in range(len(trace.steps)):
+        buckets = [trace.bucket(step_index, w) for w in range(trace.workers)]
+        encoded = np.stack([gternary.encode(b, ratio=0.3, line_bits=512) for b in buckets])
+        lines.append(encoded[:, :: max(1, encoded.shape[1] // 4)][:, :4])
+    check_against_golden(engine, np.concatenate(lines, axis=1), gates=(0, 1, 2, 3, 4, 5))
+
+
+@pytest.mark.parametrize("line_bits,max_workers,counter_bits,workers,seed", [
+    (128, 4, None, 4, 0),
+    (256, 8, None, 8, 1),
+    (256, 8, 2, 8, 2),       # sums limited to [-3, 3]: saturation in worker order
+    (128, 64, None, 5, 3),
+])
+def test_random_lines_with_invalid_codes_match_golden(line_bits, max_workers, counter_bits,
+                                                      workers, seed):
+    rng = np.random.default_rng(seed)
+    engine = TernaryGateEngine(line_bits=line_bits, max_workers=max_workers,
+                               counter_bits=counter_bits)
+    # Lanes biased towards +1 or -1 so sums reach their limits; a few invalid codes (10).
+    bias = rng.choice([1, 3], size=(1, 3, line_bits // 2))
+    codes = np.where(rng.random((workers, 3, line_bits // 2)) < 0.7, bias,
+                     rng.choice([0, 1, 3], size=(workers, 3, line_bits // 2)))
+    codes[rng.random(codes.shape) < 0.01] = 2
+    lines = L.pack_lanes(codes.astype(np.uint8), lane_bits=2)
+    check_against_golden(engine, lines, gates=(0, 1, workers // 2, workers, 255))
+
+
+@pytest.mark.parametrize("kwargs,error,message", [
+    (dict(line_bits=64), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 64"),
+    (dict(max_workers=1.5), TypeError, "max_workers must be an integer, not 1.5"),
+    (dict(max_workers=100), ValueError, "max_workers must be between 2 and 64, not 100"),
+    (dict(max_workers=4, counter_bits=4), ValueError, "counter_bits must be between 1 and 3, not 4"),
+])
+def test_bad_parameters_are_refused_by_name(kwargs, error, message):
+    with pytest.raises(error) as info:
+        TernaryGateEngine(**kwargs)
+    assert str(info.value) == message
