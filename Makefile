@@ -19,18 +19,20 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog clean distclean help
 
 help:
-	@echo "make all           set up, then run the main job (traces, golden benchmark)"
+	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
 	@echo "make test          set up, then run the test suite (slow tests deselected)"
 	@echo "make test-all      the test suite including the slow marker"
+	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
+	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup traces bench-golden
-	@echo "make all: done; results are under $(BUILD)/ (traces/, bench/)"
+all: setup verilog traces bench-golden
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -83,10 +85,16 @@ $(BUILD)/traces/.captured: $(VENV)/.installed $(TRACE_SOURCES)
 bench-golden: venv
 	$(PY) -m neuron_fabric.golden.bench --out $(BUILD)/bench
 
+# Verilog of every block and the top, checked with Icarus and Verilator's lint.
+PRESET   ?= default
+GEN_ARGS ?=
+verilog: venv iverilog verilator yowasp
+	$(PY) -m neuron_fabric.gen --preset $(PRESET) $(GEN_ARGS) --out $(BUILD)/verilog --check
+
 # ---------------------------------------------------------------------------- tests
 
 # pytest exits 5 when it collects nothing; that is reported, not treated as a crash.
-test: venv iverilog
+test: venv iverilog verilator yowasp
 	@$(PY) -m pytest -q -m "not slow"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; rc=0; fi; exit $$rc
 

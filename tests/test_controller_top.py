@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The controller top in Amaranth's simulator against the golden transaction model.
 
 Every response (status and data, beat by beat), every CSR read and the downstream memory

@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The CSR block generated from register map data: every field action, cycle by cycle."""
 
 import pytest

@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The FP32 passthrough: byte-exact, in order, bounded reads in flight, under backpressure."""
 
 import numpy as np

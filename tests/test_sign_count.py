@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The G-Binary sign-count lane engine against the golden model, bit for bit."""
 
 import numpy as np

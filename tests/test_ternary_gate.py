@@ -1,4 +1,3 @@
-# amaranth: UnusedElaboratable=no
 """The G-Ternary gate lane engine against the golden model, bit for bit."""
 
 import numpy as np

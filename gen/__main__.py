@@ -1,0 +1,77 @@
+"""``python -m neuron_fabric.gen``: Verilog, manifest and register reference for a parameter set.
+
+Writes ``<out>/<name>/`` where ``<name>`` carries the parameters (``l512_w16_c5_d64_n2``):
+one Verilog file per block (the controller top holds all of them), ``manifest.json`` and
+``registers.md``. ``--check`` then elaborates every file with Icarus and lints it with
+Verilator.
+"""
+
+import argparse
+import dataclasses
+import pathlib
+import sys
+import time
+
+from ..golden.params import PRESETS
+from .check import LINT_WAIVERS, CheckError, icarus_compile, verilator_lint
+from .verilog import MAX_READS, ToolError, generate
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m neuron_fabric.gen", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="default",
+                        help="named parameter set to start from (default: %(default)s)")
+    for name in ("line_bits", "max_workers", "depth", "num_windows", "counter_bits"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
+                            help=f"override the preset's {name}")
+    parser.add_argument("--max-reads", type=int, default=MAX_READS,
+                        help="memory reads in flight at most (default: %(default)s)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/verilog"),
+                        help="output folder; files go to OUT/<name>/ (default: %(default)s)")
+    parser.add_argument("--check", action="store_true",
+                        help="compile every file with Icarus and lint it with Verilator")
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    overrides = {name: getattr(args, name) for name in
+                 ("line_bits", "max_workers", "depth", "num_windows", "counter_bits")
+                 if getattr(args, name) is not None}
+    try:
+        params = dataclasses.replace(PRESETS[args.preset], **overrides)
+        if "max_workers" in overrides and "counter_bits" not in overrides:
+            params = dataclasses.replace(params, counter_bits=None)
+    except (TypeError, ValueError) as error:
+        print(f"gen: bad parameters: {error}", file=sys.stderr)
+        return 2
+    out = args.out / params.name
+    started = time.perf_counter()
+    try:
+        manifest = generate(params, out, max_reads=args.max_reads)
+    except (TypeError, ValueError, ToolError) as error:
+        print(f"gen: {error}", file=sys.stderr)
+        return 1
+    for block in manifest["blocks"].values():
+        path = out / block["file"]
+        print(f"gen:   {path}  {path.stat().st_size:>10,} bytes")
+    for name in ("manifest.json", "registers.md"):
+        print(f"gen:   {out / name}  {(out / name).stat().st_size:>10,} bytes")
+    if args.check:
+        print(f"gen: checking with Icarus and Verilator --lint-only "
+              f"(waived: {', '.join(LINT_WAIVERS)})")
+        try:
+            for block in manifest["blocks"].values():
+                icarus_compile(out / block["file"], module=block["module"])
+                verilator_lint(out / block["file"], module=block["module"])
+                print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
+        except (CheckError, RuntimeError) as error:
+            print(f"gen: {error}", file=sys.stderr)
+            return 1
+    print(f"gen: done in {time.perf_counter() - started:.1f} s; results in {out}/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

