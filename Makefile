@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog combiner-eval clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
@@ -29,10 +29,11 @@ help:
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
+	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces bench-golden
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/)"
+all: setup verilog traces bench-golden combiner-eval
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/, combiner/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -84,6 +85,10 @@ $(BUILD)/traces/.captured: $(VENV)/.installed $(TRACE_SOURCES)
 
 bench-golden: venv
 	$(PY) -m neuron_fabric.golden.bench --out $(BUILD)/bench
+
+# The write-combining accumulator's traffic saving on the real traces and the seed's phases.
+combiner-eval: traces
+	$(PY) -m neuron_fabric.golden.combiner_eval --traces $(BUILD)/traces --out $(BUILD)/combiner
 
 # Verilog of every block and the top, checked with Icarus and Verilator's lint.
 PRESET   ?= default

@@ -134,7 +134,11 @@ class Controller(wiring.Component):
         request = self.i_req.payload
         stage_shape = dict(
             valid=1, op=2, worker=p.worker_bits, data=L,
-            claimed=1, row=range(rows), route=1, readout=3, config_ok=1, addr=ADDR_BITS)
+            claimed=1, row=range(rows), route=1, readout=3, config_ok=1, addr=ADDR_BITS,
+            # Decided before *fold*, so the wide datapath there never waits on the status:
+            fold_gbinary=1, fold_gternary=1,  # a write to a well-configured window, by route
+            clears=1,                         # a READ_CLEAR of a well-configured window
+            to_memory=1)                      # memory traffic
 
         def stage(name):
             return {key: Signal(shape, name=f"{name}_{key}") for key, shape in stage_shape.items()}
@@ -194,8 +198,18 @@ class Controller(wiring.Component):
                      slots_rd.en.eq(move), bitmaps_rd.en.eq(move)]
         forward = Signal()
         writes_slot = Signal()     # the request in *fold* writes its slot
+        to_window = s2["claimed"] & s2["config_ok"]
         with m.If(move):
-            m.d.sync += [s3[key].eq(s2[key]) for key in stage_shape]
+            m.d.sync += [s3[key].eq(s2[key]) for key in stage_shape
+                         if key not in ("fold_gbinary", "fold_gternary", "clears", "to_memory")]
+            m.d.sync += [
+                s3["fold_gbinary"].eq(to_window & (s2["op"] == Op.WRITE)
+                                      & (s2["route"] == Route.GBINARY)),
+                s3["fold_gternary"].eq(to_window & (s2["op"] == Op.WRITE)
+                                       & (s2["route"] == Route.GTERNARY)),
+                s3["clears"].eq(to_window & (s2["op"] == Op.READ_CLEAR)),
+                s3["to_memory"].eq(~s2["claimed"] & (s2["op"] != Op.READ_CLEAR)),
+            ]
             m.d.sync += forward.eq(s3["valid"] & writes_slot & (s3["row"] == s2["row"]))
 
         # ------------------------------------------------------------ 3. fold
@@ -213,13 +227,13 @@ class Controller(wiring.Component):
         m.d.comb += worker_bit.eq(C(1, MW) << s3["worker"])
         status = Signal(2)
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS}
-        fold = Signal()
-        to_memory = Signal()
+        fold = Signal()            # the write is accepted (its status is OK)
+        to_memory = s3["to_memory"]
         with m.If(~s3["claimed"]):
             with m.If(is_read_clear):
                 m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
             with m.Else():
-                m.d.comb += [status.eq(Status.OK), to_memory.eq(1)]
+                m.d.comb += status.eq(Status.OK)
         with m.Elif(~s3["config_ok"]):
             m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_CONFIG"].eq(1)]
         with m.Elif(is_write):
@@ -233,32 +247,33 @@ class Controller(wiring.Component):
             m.d.comb += [status.eq(Status.NOT_READY), flags["NOT_READY"].eq(1)]
         with m.Else():
             m.d.comb += status.eq(Status.OK)
-        read_clears = s3["claimed"] & s3["config_ok"] & is_read_clear & (status == Status.OK)
+        read_clears = s3["clears"] & (status == Status.OK)
         m.d.comb += writes_slot.eq(fold | read_clears)
 
         m.d.comb += [
             sign_count.i.valid.eq(s3["valid"]),
             sign_count.i.payload.counts.eq(row_in[:L * CW]),
             sign_count.i.payload.votes.eq(s3["data"]),
-            sign_count.i.payload.fold.eq(fold & is_gbinary),
+            sign_count.i.payload.fold.eq(s3["fold_gbinary"]),
             sign_count.i.payload.num_workers.eq(num_workers),
             sign_count.i.payload.readout.eq(s3["readout"]),
             sign_count.o.ready.eq(1),
             ternary_gate.i.valid.eq(s3["valid"]),
             ternary_gate.i.payload.sums.eq(row_in[:L // 2 * (CW + 1)]),
             ternary_gate.i.payload.codes.eq(s3["data"]),
-            ternary_gate.i.payload.fold.eq(fold & ~is_gbinary),
+            ternary_gate.i.payload.fold.eq(s3["fold_gternary"]),
             ternary_gate.i.payload.gate.eq(reg("GATE", "GATE")),
             ternary_gate.i.payload.readout.eq(s3["readout"]),
             ternary_gate.o.ready.eq(1),
         ]
-        m.d.comb += [flags["SATURATED"].eq(Mux(is_gbinary, sign_count.o.payload.saturated,
-                                               ternary_gate.o.payload.saturated)),
-                     flags["INVALID_CODE"].eq(~is_gbinary & ternary_gate.o.payload.invalid)]
+        # The engines fold every write to a window; a refused one is simply not written back.
+        m.d.comb += [flags["SATURATED"].eq(fold & Mux(is_gbinary, sign_count.o.payload.saturated,
+                                                      ternary_gate.o.payload.saturated)),
+                     flags["INVALID_CODE"].eq(fold & ternary_gate.o.payload.invalid)]
 
         row_out = Signal(row_bits)
         bitmap_out = Signal(MW)
-        with m.If(read_clears):
+        with m.If(s3["clears"]):
             m.d.comb += [row_out.eq(0), bitmap_out.eq(0)]
         with m.Else():
             m.d.comb += [row_out.eq(Mux(is_gbinary, sign_count.o.payload.counts.as_value(),
@@ -296,6 +311,7 @@ class Controller(wiring.Component):
         r_send = Signal()
         r_answer = Signal()
         r_write = Signal()
+        r_quiet = Signal()             # answered with zero lines: writes and refusals
         r_status = Signal(2)
         r_addr = Signal(ADDR_BITS)
         r_data = Signal(readout_bits)  # readout lines, line 0 first; or the written line
@@ -324,7 +340,7 @@ class Controller(wiring.Component):
                 self.o_resp.valid.eq(answering),
                 self.o_resp.payload.status.eq(r_status),
                 self.o_resp.payload.last.eq(r_beats == 1),
-                self.o_resp.payload.data.eq(Mux(r_write, 0, r_data[:L])),  # writes answer 0
+                self.o_resp.payload.data.eq(Mux(r_quiet, 0, r_data[:L])),
                 beat_done.eq(answering & self.o_resp.ready),
             ]
         answered = beat_done & (r_beats == 1)
@@ -340,7 +356,8 @@ class Controller(wiring.Component):
                 r_write.eq(is_write),
                 r_status.eq(status),
                 r_addr.eq(s3["addr"]),
-                r_data.eq(Mux(to_memory, s3["data"], Mux(answers_readout, readout_data, 0))),
+                r_quiet.eq(~answers_readout),
+                r_data.eq(Mux(to_memory, s3["data"], readout_data)),
                 r_beats.eq(Mux(answers_readout, lines, 1)),
             ]
         with m.Else():
