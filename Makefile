@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog combiner-eval clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog combiner-eval train-check clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
@@ -30,10 +30,11 @@ help:
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
+	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces bench-golden combiner-eval
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/, combiner/)"
+all: setup verilog traces bench-golden combiner-eval train-check
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/, combiner/, train/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -89,6 +90,17 @@ bench-golden: venv
 # The write-combining accumulator's traffic saving on the real traces and the seed's phases.
 combiner-eval: traces
 	$(PY) -m neuron_fabric.golden.combiner_eval --traces $(BUILD)/traces --out $(BUILD)/combiner
+
+# DDP training checks: 4 gloo workers on the CPU, FP32 against static low-bit and the runtime
+# policy (about 10 minutes on 2 cores). Re-run only when the code it depends on changes.
+TRAIN_SOURCES := golden/hooks.py golden/runtime.py golden/train_check.py \
+                 $(wildcard golden/profiles/*.toml) golden/gbinary.py golden/gternary.py \
+                 golden/lines.py golden/formats.py golden/workloads.py golden/roles.py
+
+train-check: $(BUILD)/train/report.json
+
+$(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
+	$(PY) -m neuron_fabric.golden.train_check --out $(BUILD)/train
 
 # Verilog of every block and the top, checked with Icarus and Verilator's lint.
 PRESET   ?= default
