@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog combiner-eval train-check clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim combiner-eval train-check clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
@@ -27,14 +27,15 @@ help:
 	@echo "make test-all      the test suite including the slow marker"
 	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
+	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces bench-golden combiner-eval train-check
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, bench/, combiner/, train/)"
+all: setup verilog traces sim bench-golden combiner-eval train-check
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, combiner/, train/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -86,6 +87,13 @@ $(BUILD)/traces/.captured: $(VENV)/.installed $(TRACE_SOURCES)
 
 bench-golden: venv
 	$(PY) -m neuron_fabric.golden.bench --out $(BUILD)/bench
+
+# The emitted Verilog under cocotb on Icarus and Verilator, checked against the golden model
+# with real gradient traces; summary in $(BUILD)/sim/summary.md. WAVES=1 records waves.
+WAVES ?= 0
+sim: verilog traces iverilog verilator
+	$(PY) -m neuron_fabric.sim.regression --verilog $(BUILD)/verilog --traces $(BUILD)/traces \
+	  --out $(BUILD)/sim $(if $(filter-out 0,$(WAVES)),--waves)
 
 # The write-combining accumulator's traffic saving on the real traces and the seed's phases.
 combiner-eval: traces

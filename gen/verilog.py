@@ -1,8 +1,8 @@
 """Verilog, manifest and register reference for one parameter set.
 
 Each block is converted on its own (and the controller top with its blocks inside it):
-Amaranth writes RTLIL without source locations, Yosys turns processes into plain logic
-(``proc; opt_clean``) and writes Verilog without attributes. Module names carry the
+Amaranth writes RTLIL without source locations; Yosys turns processes into plain logic,
+drops alias wires and writes Verilog without attributes. Module names carry the
 parameters (``nfabric_l512_w16_c5_d64_n2``, its submodules ``nfabric_l512_..._n2__sign_count``).
 The same inputs give byte-identical files, whatever the folder.
 """
@@ -83,10 +83,14 @@ def to_verilog(component, *, module):
     text = text.replace(f"\\{module}.", f"\\{module}__")
     with tempfile.TemporaryDirectory(prefix="nfabric-gen-") as work:
         pathlib.Path(work, "design.il").write_text(text, encoding="utf-8")
-        # YoWASP tools see relative paths only: run in the folder.
+        # YoWASP tools see relative paths only: run in the folder. `proc` turns processes
+        # into plain logic (Icarus can leave `always @*` outputs at X). `-purge` drops the
+        # alias wires Amaranth names for every field and lane, which halves Icarus's work
+        # per input change. (Splitting the vectors into single nets is 70x faster still in
+        # Icarus, but Verilator cannot parse or hold the result for the 512-bit top.)
         result = subprocess.run(
             [yosys_binary(), "-q", "-p",
-             "read_rtlil design.il; proc; opt_clean; write_verilog -noattr design.v"],
+             "read_rtlil design.il; proc; opt_clean -purge; write_verilog -noattr design.v"],
             cwd=work, capture_output=True, text=True)
         if result.returncode:
             raise ToolError(f"yosys failed on {module}:\n{result.stderr or result.stdout}")

@@ -125,7 +125,7 @@ class Controller(wiring.Component):
 
         num_workers = reg("NUM_WORKERS", "N")
         complete_mask = Signal(MW)  # workers 0 .. N-1
-        m.d.comb += complete_mask.eq((C(1, MW + 1) << num_workers) - 1)
+        m.d.comb += complete_mask.eq(Cat(num_workers > i for i in range(MW)))
         workers_ok = (num_workers >= 1) & (num_workers <= MW)
 
         # ------------------------------------------------------------ pipeline control
@@ -224,7 +224,7 @@ class Controller(wiring.Component):
         is_read_clear = s3["op"] == Op.READ_CLEAR
         is_gbinary = s3["route"] == Route.GBINARY
         worker_bit = Signal(MW)
-        m.d.comb += worker_bit.eq(C(1, MW) << s3["worker"])
+        m.d.comb += worker_bit.eq(Cat(s3["worker"] == i for i in range(MW)))
         status = Signal(2)
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS}
         fold = Signal()            # the write is accepted (its status is OK)

@@ -1,0 +1,380 @@
+"""``python -m neuron_fabric.sim.regression``: the cocotb regression of the emitted Verilog.
+
+Builds the generated Verilog with each simulator, runs the cocotb test modules
+(:mod:`.tb_controller` on the controller top, :mod:`.tb_blocks` on the blocks) and prints a
+summary: tests, lines checked, simulated cycles and simulated cycles per second, per
+simulator. Writes ``OUT/summary.json`` and ``OUT/summary.md``; builds, logs, ``results.xml``
+and waves (``--waves``) go under ``OUT/<simulator>/<job>/``.
+
+Jobs per simulator:
+
+- ``controller``: the top of the parameter set in ``--verilog`` (default preset: the 512-bit
+  top), every test of :mod:`.tb_controller`, every step of both real traces from ``--traces``;
+- ``narrow``: a 128-bit top whose counters hold fewer votes than MAX_WORKERS, generated
+  here, for counter saturation under a wrong NUM_WORKERS (and random traffic);
+- ``blocks``: every block of the ``small`` preset side by side
+  (:func:`.cocotb_bench.blocks_wrapper`), the engines against the golden functions.
+
+That is the Verilator plan. Icarus 11 evaluates the lane engines' emitted Verilog very
+slowly: every change of an engine's inputs costs it about 0.2 s of CPU at 128 lanes and
+seconds at 512, so a replay of real traffic through the 512-bit top runs at about one
+cycle per second. On Icarus the 512-bit top therefore only elaborates, resets and reads
+its registers; every controller test runs on the 128-bit ``small`` preset instead, with
+one step of each trace and two lines per worker and route, plus the ``narrow`` and
+``blocks`` jobs. The two simulators run side by side, one process each.
+
+Exit status: 0 when every job passed, 1 otherwise (``results.xml`` is read, since cocotb's
+runner does not fail outside pytest), 2 for bad arguments.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+__all__ = ["Job", "jobs_for", "make_runner", "main"]
+
+SIMULATORS = ("icarus", "verilator")
+NARROW = dict(line_bits=128, max_workers=4, depth=8, num_windows=2, counter_bits=2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One build and one cocotb run: ``manifest`` names the Verilog folder, ``role`` the block
+    (``"blocks"`` for the wrapper of every block), ``test_filter`` a regex of test names."""
+    name: str
+    manifest: str
+    role: str
+    module: str
+    test_filter: str | None = None
+    env: tuple = ()
+
+
+def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True):
+    """The jobs of ``simulator`` over the Verilog folders ``top``, ``small`` and ``narrow``."""
+    seeds = ",".join(str(s) for s in seeds)
+    common = (("NFABRIC_SEEDS", seeds),)
+    controller = "neuron_fabric.sim.tb_controller"
+    blocks = "neuron_fabric.sim.tb_blocks"
+    if simulator == "verilator":
+        return [
+            Job("controller", top, "controller", controller,
+                env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if full_traces else
+                              (("NFABRIC_TRACE_STEPS", "2"), ("NFABRIC_TRACE_LINES", "16")))),
+            Job("narrow", narrow, "controller", controller,
+                test_filter="counters_saturate|random_traffic", env=common),
+            Job("blocks", small, "blocks", blocks, env=common + (("NFABRIC_VECTORS", "200"),)),
+        ]
+    return [
+        Job("controller", top, "controller", controller,
+            test_filter="registers_read_their_reset_values", env=common),
+        Job("small", small, "controller", controller,
+            env=common + (("NFABRIC_TRACE_STEPS", "1"), ("NFABRIC_TRACE_LINES", "2"),
+                          ("NFABRIC_RANDOM_OPS", "120"))),
+        Job("narrow", narrow, "controller", controller, test_filter="counters_saturate",
+            env=common),
+        Job("blocks", small, "blocks", blocks, env=common + (("NFABRIC_VECTORS", "12"),)),
+    ]
+
+
+def make_runner(simulator):
+    """cocotb's runner for ``simulator``.
+
+    For Verilator, cocotb builds with ``--public-flat-rw``, which makes every signal of the
+    design visible through VPI and keeps Verilator from optimizing any of them away; the
+    benches touch only the top's ports, so ``--public-depth 1`` takes its place. On the
+    512-bit top that, with ``-O1``, cuts the C++ build from about 20 to about 7 minutes on
+    two busy cores. Waves still show every signal: tracing does not depend on it.
+    """
+    from cocotb_tools.runner import Verilator, get_runner
+
+    if simulator != "verilator":
+        return get_runner(simulator)
+
+    class PortsOnlyVerilator(Verilator):
+        def _build_command(self):
+            commands = super()._build_command()
+            first = []
+            for arg in commands[0]:
+                first += ["--public-depth", "1"] if arg == "--public-flat-rw" else [arg]
+            commands[0] = first
+            return commands
+
+    return PortsOnlyVerilator()
+
+
+def _log(text):
+    print(text, flush=True)
+
+
+def _generate(params, out, log):
+    from ..gen.verilog import generate
+    from .cocotb_bench import Manifest
+
+    folder = out / params.name
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        # Regenerate only when the design sources changed since.
+        hw = pathlib.Path(__file__).resolve().parent.parent / "hw"
+        newest = max(p.stat().st_mtime for p in hw.glob("*.py"))
+        if manifest.stat().st_mtime > newest:
+            return Manifest(folder)
+    log(f"sim: generating Verilog for {params.name} into {folder}")
+    generate(params, folder, log=lambda line: None)
+    return Manifest(folder)
+
+
+def _run_job(simulator, job, out, *, traces, waves, log):
+    """Build and run one job; returns its result dict."""
+    from cocotb_tools.check_results import get_results
+
+    from ..gen.check import LINT_WAIVERS
+    from .cocotb_bench import BLOCKS_TOPLEVEL, Manifest, blocks_wrapper
+
+    manifest = Manifest(job.manifest)
+    work = (out / simulator / job.name).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    stats_file = work / "stats.jsonl"
+    stats_file.unlink(missing_ok=True)
+    if job.role == "blocks":
+        toplevel = BLOCKS_TOPLEVEL
+        wrapper = work / f"{BLOCKS_TOPLEVEL}.v"
+        wrapper.write_text(blocks_wrapper(manifest), encoding="utf-8")
+        sources = [manifest.source(role) for role in ("sign_count", "ternary_gate",
+                                                      "passthrough", "csr_block")] + [wrapper]
+    else:
+        toplevel = manifest.block(job.role)["module"]
+        sources = [manifest.source(job.role)]
+    build_args = []
+    if simulator == "verilator":
+        # The generator's lint waivers; -O1 instead of verilated.mk's -Os compiles the
+        # 512-bit top in less than half the time and runs it as fast.
+        build_args = ["-Wno-fatal", *(f"-Wno-{name}" for name in LINT_WAIVERS),
+                      "-CFLAGS", "-O1"]
+    runner = make_runner(simulator)
+    result = dict(simulator=simulator, job=job.name, toplevel=toplevel,
+                  params=manifest.params.name, tests=0, failed=0)
+    started = time.perf_counter()
+    log(f"sim: {simulator}/{job.name}: building {toplevel} ({manifest.params.name})")
+    try:
+        runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=work / "sim_build",
+                     always=simulator == "icarus", build_args=build_args, waves=waves,
+                     timescale=("1ns", "1ps"), log_file=work / "build.log")
+    except (RuntimeError, SystemExit) as error:
+        result.update(build_s=time.perf_counter() - started, error=f"build failed: {error}; "
+                      f"see {work / 'build.log'}")
+        log(f"sim: {simulator}/{job.name}: BUILD FAILED, see {work / 'build.log'}")
+        return result
+    result["build_s"] = time.perf_counter() - started
+    log(f"sim: {simulator}/{job.name}: built in {result['build_s']:.1f} s; running tests")
+    env = {"NFABRIC_MANIFEST": str(manifest.folder.resolve()),
+           "NFABRIC_STATS": str(stats_file), **dict(job.env)}
+    if traces is not None:
+        env["NFABRIC_TRACES"] = str(pathlib.Path(traces).resolve())
+    started = time.perf_counter()
+    results_xml = work / "results.xml"
+    results_xml.unlink(missing_ok=True)
+    try:
+        runner.test(test_module=job.module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
+                    test_dir=work, results_xml=str(results_xml), test_filter=job.test_filter,
+                    timescale=("1ns", "1ps"), log_file=work / "run.log", extra_env=env,
+                    waves=waves)
+    except (RuntimeError, SystemExit) as error:
+        result["error"] = f"run failed: {error}"
+    result["run_s"] = time.perf_counter() - started
+    if results_xml.is_file():
+        result["tests"], result["failed"] = get_results(results_xml)
+    elif "error" not in result:
+        result["error"] = f"no {results_xml}: the simulator did not finish, see {work / 'run.log'}"
+    entries = []
+    if stats_file.is_file():
+        entries = [json.loads(line) for line in stats_file.read_text().splitlines() if line]
+    result["entries"] = entries
+    for key in ("cycles", "lines", "mem_lines", "requests", "csr_reads"):
+        result[key] = sum(e.get(key, 0) for e in entries)
+    result["sim_wall_s"] = sum(e.get("wall", 0.0) for e in entries)
+    if result["failed"] or result["tests"] == 0:
+        result.setdefault("error", f"{result['failed']} of {result['tests']} tests failed; "
+                                   f"see {work / 'run.log'}")
+    verdict = "FAILED" if "error" in result else "ok"
+    log(f"sim: {simulator}/{job.name}: {verdict}: {result['tests'] - result['failed']}/"
+        f"{result['tests']} tests, {result['lines'] + result['mem_lines']} lines checked, "
+        f"{result['cycles']} cycles in {result['run_s']:.1f} s"
+        + (f": {result['error']}" if "error" in result else ""))
+    return result
+
+
+def _worker(args):
+    """Run every job of one simulator; write ``OUT/<sim>/result.json``."""
+    from .toolchain import check_iverilog, default_verilator_root, verilator_environment
+
+    out = pathlib.Path(args.out)
+    folders = json.loads(args.worker_jobs)
+    jobs = jobs_for(args.worker, seeds=args.seeds, full_traces=not args.quick_traces, **folders)
+    if args.worker == "verilator":
+        environment = verilator_environment(args.verilator_root or default_verilator_root())
+    else:
+        check_iverilog()
+        environment = contextlib.nullcontext()
+    results = []
+    prefix = f"[{args.worker}] "
+    with environment:
+        for job in jobs:
+            results.append(_run_job(args.worker, job, out, traces=args.traces, waves=args.waves,
+                                    log=lambda text: _log(prefix + text)))
+    (out / args.worker).mkdir(parents=True, exist_ok=True)
+    (out / args.worker / "result.json").write_text(json.dumps(results, indent=1) + "\n")
+    return 1 if any("error" in r for r in results) else 0
+
+
+def _summary(results, wall_s):
+    rows = []
+    for simulator in sorted({r["simulator"] for r in results}):
+        mine = [r for r in results if r["simulator"] == simulator]
+        tests = sum(r["tests"] for r in mine)
+        failed = sum(r["failed"] for r in mine)
+        lines = sum(r.get("lines", 0) + r.get("mem_lines", 0) for r in mine)
+        cycles = sum(r.get("cycles", 0) for r in mine)
+        sim_wall = sum(r.get("sim_wall_s", 0.0) for r in mine)
+        top = [r for r in mine if r["job"] == "controller"]
+        # The top's rate under traffic: tests that only read registers idle the datapath.
+        busy = [e for r in top for e in r.get("entries", ()) if e.get("requests")]
+        top_rate = (sum(e["cycles"] for e in busy) / sum(e["wall"] for e in busy)
+                    if busy and sum(e["wall"] for e in busy) else None)
+        rows.append(dict(
+            simulator=simulator, tests=tests, failed=failed, lines_checked=lines,
+            cycles=cycles, cycles_per_s=cycles / sim_wall if sim_wall else 0.0,
+            top=top[0]["params"] if top else None, top_cycles_per_s=top_rate,
+            build_s=sum(r.get("build_s", 0.0) for r in mine),
+            run_s=sum(r.get("run_s", 0.0) for r in mine),
+            ok=not any("error" in r for r in mine)))
+    return {"wall_s": wall_s, "simulators": rows, "jobs": results}
+
+
+def _rate(value):
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _markdown(summary):
+    out = ["# cocotb regression of the emitted Verilog", "",
+           f"Wall time: {summary['wall_s']:.0f} s (simulators side by side).", "",
+           "| Simulator | Tests | Failed | Lines checked | Simulated cycles | Cycles/s (all) "
+           "| Cycles/s (top, under traffic) | Build s | Run s |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["simulators"]:
+        out.append(f"| {r['simulator']} | {r['tests']} | {r['failed']} | {r['lines_checked']:,} "
+                   f"| {r['cycles']:,} | {r['cycles_per_s']:,.0f} | "
+                   f"{_rate(r['top_cycles_per_s'])} ({r['top']}) | {r['build_s']:.0f} | "
+                   f"{r['run_s']:.0f} |")
+    out += ["", "| Simulator | Job | Top | Tests | Failed | Lines | Cycles | Build s | Run s |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in summary["jobs"]:
+        out.append(f"| {r['simulator']} | {r['job']} | {r['toplevel']} | {r['tests']} | "
+                   f"{r['failed']} | {r.get('lines', 0) + r.get('mem_lines', 0):,} | "
+                   f"{r.get('cycles', 0):,} | {r.get('build_s', 0):.0f} | {r.get('run_s', 0):.0f} |")
+    return "\n".join(out) + "\n"
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m neuron_fabric.sim.regression",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--verilog", type=pathlib.Path, default=pathlib.Path("build/verilog"),
+                        help="folder written by `python -m neuron_fabric.gen` (default: %(default)s)")
+    parser.add_argument("--name", default=None,
+                        help="parameter set under --verilog (default: the default preset's)")
+    parser.add_argument("--traces", type=pathlib.Path, default=pathlib.Path("build/traces"),
+                        help="captured traces (default: %(default)s)")
+    parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/sim"),
+                        help="builds, logs, waves and the summary (default: %(default)s)")
+    parser.add_argument("--simulators", nargs="+", choices=SIMULATORS, default=list(SIMULATORS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1],
+                        help="seeds of the randomized tests (default: 1)")
+    parser.add_argument("--waves", action="store_true", help="record waves (or WAVES=1)")
+    parser.add_argument("--quick-traces", action="store_true",
+                        help="replay 2 steps of 16 lines per worker on Verilator, not every line")
+    parser.add_argument("--verilator-root", type=pathlib.Path, default=None)
+    parser.add_argument("--worker", choices=SIMULATORS, help=argparse.SUPPRESS)
+    parser.add_argument("--worker-jobs", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    args.waves = args.waves or os.environ.get("WAVES", "") not in ("", "0")
+    if args.worker:
+        return _worker(args)
+
+    from ..golden.params import PRESETS, FabricParams
+    from .cocotb_bench import Manifest
+
+    started = time.perf_counter()
+    name = args.name or PRESETS["default"].name
+    top = args.verilog / name
+    if not (top / "manifest.json").is_file():
+        print(f"sim: {top / 'manifest.json'} does not exist; run `make verilog` (or "
+              f"`python -m neuron_fabric.gen --out {args.verilog}`) first", file=sys.stderr)
+        return 2
+    for workload in ("digits_cnn", "char_lm"):
+        if not (args.traces / f"{workload}.npz").is_file():
+            print(f"sim: {args.traces / workload}.npz does not exist; run `make traces` first",
+                  file=sys.stderr)
+            return 2
+    Manifest(top)
+    out = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    generated = out / "verilog"
+    small = _generate(PRESETS["small"], generated, _log).folder
+    narrow = _generate(FabricParams(**NARROW), generated, _log).folder
+    folders = dict(top=str(top.resolve()), small=str(small.resolve()),
+                   narrow=str(narrow.resolve()))
+    _log(f"sim: simulators {', '.join(args.simulators)} side by side; logs under {out}/")
+    children = []
+    for simulator in args.simulators:
+        command = [sys.executable, "-m", "neuron_fabric.sim.regression", "--worker", simulator,
+                   "--worker-jobs", json.dumps(folders), "--out", str(out),
+                   "--traces", str(args.traces), "--seeds", *map(str, args.seeds)]
+        if args.waves:
+            command.append("--waves")
+        if args.quick_traces:
+            command.append("--quick-traces")
+        if args.verilator_root:
+            command += ["--verilator-root", str(args.verilator_root)]
+        (out / simulator).mkdir(parents=True, exist_ok=True)
+        (out / simulator / "result.json").unlink(missing_ok=True)
+        children.append((simulator, subprocess.Popen(command)))
+    for _, child in children:
+        child.wait()
+    results = []
+    for simulator, child in children:
+        path = out / simulator / "result.json"
+        if path.is_file():
+            results += json.loads(path.read_text())
+        else:
+            results.append(dict(simulator=simulator, job="all", toplevel="-", params="-",
+                                tests=0, failed=0, error=f"the {simulator} run crashed "
+                                f"(exit {child.returncode})"))
+    summary = _summary(results, time.perf_counter() - started)
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "summary.md").write_text(_markdown(summary))
+    _log("")
+    _log(f"{'simulator':<10} {'tests':>6} {'failed':>6} {'lines checked':>14} {'cycles':>10} "
+         f"{'cycles/s':>9} {'top cycles/s':>13}")
+    for r in summary["simulators"]:
+        _log(f"{r['simulator']:<10} {r['tests']:>6} {r['failed']:>6} {r['lines_checked']:>14,} "
+             f"{r['cycles']:>10,} {r['cycles_per_s']:>9,.0f} {_rate(r['top_cycles_per_s']):>13}")
+    failed = [f"{r['simulator']}/{r['job']}: {r['error']}" for r in results if "error" in r]
+    _log(f"sim: {'FAILED' if failed else 'all passed'} in {summary['wall_s']:.0f} s; "
+         f"summary in {out / 'summary.md'} and {out / 'summary.json'}")
+    for line in failed:
+        _log(f"sim:   {line}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
