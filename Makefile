@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim combiner-eval train-check clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-ecp5 fpga-sweep combiner-eval train-check clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
@@ -28,6 +28,8 @@ help:
 	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
+	@echo "make fpga-ecp5     ECP5 place and route, gate equivalents, timing model ($(BUILD)/fpga/; FPGA_ARGS='--seeds 1')"
+	@echo "make fpga-sweep    the controller over LINE_BITS x MAX_WORKERS on ECP5 ($(BUILD)/fpga/; SWEEP_ARGS=...)"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
@@ -94,6 +96,16 @@ WAVES ?= 0
 sim: verilog traces iverilog verilator
 	$(PY) -m neuron_fabric.sim.regression --verilog $(BUILD)/verilog --traces $(BUILD)/traces \
 	  --out $(BUILD)/sim $(if $(filter-out 0,$(WAVES)),--waves)
+
+# ECP5 out-of-context and board place and route with the YoWASP tools; results merge into
+# $(BUILD)/fpga/report.json and report.md, and finished tool runs are reused.
+FPGA_ARGS  ?=
+SWEEP_ARGS ?=
+fpga-ecp5: venv yowasp
+	$(PY) -m neuron_fabric.fpga ecp5 --out $(BUILD)/fpga $(FPGA_ARGS)
+
+fpga-sweep: venv yowasp
+	$(PY) -m neuron_fabric.fpga sweep --out $(BUILD)/fpga $(SWEEP_ARGS)
 
 # The write-combining accumulator's traffic saving on the real traces and the seed's phases.
 combiner-eval: traces

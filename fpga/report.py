@@ -1,0 +1,304 @@
+"""The FPGA report: ``report.json`` for machines, ``report.md`` for people, PNG plots.
+
+Every command merges its part into one ``report.json`` (``ecp5``: the default
+configuration, its blocks, gate equivalents, the board build; ``sweep``: the parameter
+sweep; ``timing-model``: the measured latency and the model) and re-renders the Markdown
+and the plots from the whole file, so the note always shows everything measured so far.
+"""
+
+import json
+import pathlib
+
+__all__ = ["load", "save", "markdown", "plot_sweep", "render"]
+
+
+def load(out):
+    path = pathlib.Path(out) / "report.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    return {}
+
+
+def save(out, report):
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "report.json"
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
+def _table(header, rows):
+    lines = ["| " + " | ".join(header) + " |",
+             "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _pct(n, pct):
+    return f"{n:,} ({pct:.1f} %)"
+
+
+def _path_text(path):
+    if not path:
+        return "-"
+    through = [n for n in path.get("through", []) if n not in (path.get("from_signal"),
+                                                             path.get("to_signal"))]
+    via = f" via `{'`, `'.join(through[:4])}`" if through else ""
+    return (f"`{path.get('from_signal', path['from'])}` → `{path.get('to_signal', path['to'])}`"
+            f"{via}: {path['logic_levels']} logic cells, {path['logic_ns']:.2f} ns logic + "
+            f"{path['routing_ns']:.2f} ns routing = {path['total_ns']:.2f} ns")
+
+
+def _fmax_text(entry):
+    if "fmax_median_mhz" not in entry:
+        return f"failed: {entry.get('error', '?')}"
+    seeds = ", ".join(f"{s['fmax_mhz']:.1f}" if "fmax_mhz" in s and s["fmax_mhz"] is not None
+                      else "failed" for s in entry["seeds"])
+    return f"**{entry['fmax_median_mhz']:.1f}** ({seeds})"
+
+
+def _resource_row(entry):
+    u = entry.get("utilization")
+    if not u:
+        return ["-"] * 5
+    return [_pct(u["lut4"], u["lut4_pct"]), _pct(u["ff"], u["ff_pct"]), f"{u['carry_cells']:,}",
+            _pct(u["bram"], u["bram_pct"]), _pct(u["mult"], u["mult_pct"])]
+
+
+def _grade_label(entry):
+    return f"{entry['grade']}-{entry['speed']}"
+
+
+def _block_section(title, records):
+    rows = []
+    for role, rec in records.items():
+        if "error" in rec and not rec.get("grades"):
+            rows.append([role, f"`{rec['module']}`", "-", f"failed: {rec['error'][:80]}",
+                         *["-"] * 5])
+            continue
+        for key, entry in rec["grades"].items():
+            rows.append([role, f"`{rec['module']}`", _grade_label(entry), _fmax_text(entry),
+                         *_resource_row(entry)])
+    header = ["block", "module", "part", "Fmax MHz, median (seeds)", "LUT4 (% of part)",
+              "FF (% of part)", "carry (CCU2C)", "DP16KD (%)", "MULT18 (%)"]
+    return f"### {title}\n\n" + _table(header, rows)
+
+
+def _critical_paths(records):
+    lines = []
+    for role, rec in records.items():
+        for key, entry in rec.get("grades", {}).items():
+            if entry.get("critical_path"):
+                lines.append(f"- {role}, {_grade_label(entry)} (seed "
+                             f"{entry['critical_path_seed']}): {_path_text(entry['critical_path'])}")
+    return "\n".join(lines)
+
+
+def _targets(top, targets):
+    rows = []
+    for key, entry in top.get("grades", {}).items():
+        goal = targets.get("fmax_mhz", {}).get(key)
+        if goal is None or "fmax_median_mhz" not in entry:
+            continue
+        got = entry["fmax_median_mhz"]
+        rows.append([f"Fmax {_grade_label(entry)}", f"≥ {goal:g} MHz", f"{got:.1f} MHz",
+                     "met" if got >= goal else "missed"])
+    entry = next(iter(top.get("grades", {}).values()), None)
+    if entry and entry.get("utilization"):
+        u = entry["utilization"]
+        rows.append(["logic", f"≤ {targets['lut4']:,} LUT4", f"{u['lut4']:,} LUT4",
+                     "met" if u["lut4"] <= targets["lut4"] else "missed"])
+        need = targets.get("bram_needed")
+        if need is not None:
+            rows.append(["block RAM", f"{need} DP16KD (slot rows)", f"{u['bram']} DP16KD",
+                         "met" if u["bram"] <= need else "missed"])
+    return _table(["target", "goal", "measured", ""], rows)
+
+
+def _gates_section(gates):
+    rows = [[role, f"{g['nand2_eq']:,}", f"{g['logic_nand2_eq']:,}", f"{g['ff_nand2_eq']:,}",
+             f"{g['flip_flops']:,}", f"{g['sram_bits']:,}"]
+            for role, g in gates.items() if "nand2_eq" in g]
+    rows += [[role, f"failed: {g['error'][:80]}", "", "", "", ""]
+             for role, g in gates.items() if "error" in g]
+    return _table(["block", "NAND2 eq. total", "logic", "flip-flops", "flip-flop count",
+                   "memory bits (SRAM, not counted)"], rows)
+
+
+def _board_section(board):
+    if "error" in board:
+        return f"Board build failed: {board['error']}"
+    u = board["utilization"]
+
+    def used(kind):
+        e = u.get(kind)
+        return f"{e['used']:,} / {e['available']:,}" if e else "0"
+
+    rows = [[board["board"], f"{board['device']}-{board['speed']} {board['package']}",
+             f"{board['clock_mhz']:g}", f"{board['fmax_mhz']:.1f}",
+             "yes" if board["meets_timing"] else "no", used("TRELLIS_COMB"),
+             used("TRELLIS_FF"), used("DP16KD"), used("TRELLIS_IO")]]
+    text = _table(["board", "part", "clock MHz (PLL)", "Fmax MHz", "closes", "LUT4 cells",
+                   "FF", "DP16KD", "I/O"], rows)
+    return text + f"\n\nCritical path: {_path_text(board.get('critical_path'))}"
+
+
+def _timing_section(tm):
+    lat = tm["latency"]
+    model = tm["model"]
+    text = [f"Measured in simulation ({lat['requests']} requests, no stalls): G-Binary write "
+            f"**{lat['gbinary_write']}** cycles, G-Ternary write {lat['gternary_write']}, "
+            f"readout {lat['readout']}, FP32 write acknowledge {lat['memory_write']} "
+            f"(request transfer to first response beat); initiation interval "
+            f"{lat['initiation_interval']:g} line per clock. The controller's declared "
+            f"latency is {tm['declared_latency']} cycles"
+            f"{' (agrees)' if tm['declared_latency'] == lat['gbinary_write'] else ' (DIFFERS)'}.",
+            ""]
+    loads = [f"{t:g}" for t in model["load_latencies_ns"]]
+    links = list(model["links_gbps"])
+    header = (["clock", "MHz", f"{model['cycles']} cycles, ns"]
+              + [f"overhead @ {t} ns" for t in loads]
+              + [f"lines/clk for {link} ({model['links_gbps'][link]:g} GB/s)" for link in links])
+    rows = []
+    for row in model["rows"]:
+        rows.append([row["clock"], f"{row['clock_mhz']:g}", f"{row['datapath_ns']:.2f}"]
+                    + [f"{row['overhead_pct'][t]:.2f} %" for t in loads]
+                    + [f"{row['links'][link]['lines_per_clock']:.2f}"
+                       + ("" if row["links"][link]["keeps_up"] else " (falls behind)")
+                       for link in links])
+    rows.append([f"papers ({model['paper']['cycles']} cycles, claimed)", "-", "-"]
+                + [f"≤ {model['paper']['overhead_pct']} %" for _ in loads]
+                + ["hidden" for _ in links])
+    text.append(_table(header, rows))
+    text.append("")
+    implied = ", ".join(f"{mhz:g} MHz at {t} ns" for t, mhz in
+                        model["paper"]["clock_mhz_implied"].items())
+    ours = ", ".join(f"{mhz:g} MHz at {t} ns" for t, mhz in
+                     model["clock_mhz_for_paper_overhead"].items())
+    text.append(f"The papers' {model['paper']['overhead_pct']} % for {model['paper']['cycles']} "
+                f"cycles needs a clock of {implied}. Our {model['cycles']} cycles stay at or "
+                f"below {model['paper']['overhead_pct']} % from {ours}.")
+    return "\n".join(text)
+
+
+def _sweep_section(sweep):
+    rows = []
+    for point in sweep:
+        p = point["params"]
+        label = f"{p['line_bits']} / {p['max_workers']} / {p['depth']}"
+        if "error" in point and not point.get("grades") and not point.get("area"):
+            rows.append([label, "-", f"failed: {point['error'][:100]}", *["-"] * 5])
+            continue
+        if not point.get("grades") and point.get("area"):
+            rows.append([label, "synthesis only", "-", *_resource_row({"utilization":
+                                                                      point["area"]})])
+        for key, entry in point.get("grades", {}).items():
+            rows.append([label, _grade_label(entry), _fmax_text(entry), *_resource_row(entry)])
+    return _table(["LINE_BITS / MAX_WORKERS / DEPTH", "part", "Fmax MHz, median (seeds)",
+                   "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)"], rows)
+
+
+def markdown(report):
+    """The Markdown note for ``report`` (whatever parts it holds)."""
+    out = ["# ECP5 implementation report", ""]
+    if "default" in report:
+        d = report["default"]
+        p = d["params"]
+        out += [f"Configuration `{d['name']}`: LINE_BITS {p['line_bits']}, MAX_WORKERS "
+                f"{p['max_workers']}, counters {p['counter_bits']} bits, DEPTH {p['depth']}, "
+                f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
+                f"Out of context, every port registered; Fmax is the median over seeds "
+                f"{', '.join(str(s) for s in d['seeds'])}; utilization from the median seed's "
+                f"synthesis. LUT4 counts include the two LUT4s in each carry cell; FF excludes "
+                f"the port registers. Tools: {d['tools']}.", ""]
+        out += ["## Controller top", "", _block_section("Place and route", {"controller": d["top"]}),
+                "", "Critical path (median seed):", "", _critical_paths({"controller": d["top"]}),
+                "", "Targets:", "", _targets(d["top"], d["targets"]), ""]
+        if d["top"].get("memory"):
+            out += [d["top"]["memory"], ""]
+        if d.get("blocks"):
+            out += ["## Blocks", "", _block_section("Each block out of context", d["blocks"]),
+                    "", "Critical paths:", "", _critical_paths(d["blocks"]), ""]
+        if d.get("gates"):
+            out += ["## Gate equivalents", "",
+                    "Yosys, technology independent: flattened, flip-flops legalized to plain D "
+                    "flip-flops, mapped to two-input CMOS gates (`abc -g cmos2`); NAND2 "
+                    "equivalents = transistors / 4. Memories are left to SRAM macros and "
+                    "reported as bits.", "", _gates_section(d["gates"]), ""]
+        if d.get("board"):
+            out += ["## Board build", "", _board_section(d["board"]), ""]
+    if "timing_model" in report:
+        out += ["## Timing model", "", _timing_section(report["timing_model"]), ""]
+    if report.get("sweep"):
+        out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}; "
+                "the controller top, every port registered.", "",
+                _sweep_section(report["sweep"]), ""]
+        if report.get("sweep_plot"):
+            out += [f"![area and Fmax]({pathlib.Path(report['sweep_plot']).name})", ""]
+    return "\n".join(out)
+
+
+def plot_sweep(sweep, path):
+    """Area (LUT4, FF, DP16KD) and Fmax against LINE_BITS, one line per MAX_WORKERS and part."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [p for p in sweep if p.get("area")]
+    if not points:
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4.2))
+    depth_default = min(p["params"]["depth"] for p in points)
+    fmax, area = {}, {}
+    for point in points:
+        prm = point["params"]
+        if prm["depth"] != depth_default:
+            continue
+        area.setdefault(prm["max_workers"], []).append((prm["line_bits"], point["area"]))
+        for key, entry in point.get("grades", {}).items():
+            if "fmax_median_mhz" in entry:
+                fmax.setdefault((prm["max_workers"], key), []).append(
+                    (prm["line_bits"], entry["fmax_median_mhz"]))
+    for (workers, key), values in sorted(fmax.items()):
+        values.sort()
+        axes[0].plot([v[0] for v in values], [v[1] for v in values],
+                     "-" if key == "s6" else "--", marker="o", label=f"W={workers}, {key}")
+    for workers, values in sorted(area.items()):
+        values.sort(key=lambda v: v[0])
+        x = [v[0] for v in values]
+        axes[1].plot(x, [v[1]["lut4"] for v in values], marker="o", label=f"W={workers}")
+        axes[2].plot(x, [v[1]["ff"] for v in values], marker="o", label=f"W={workers}")
+    axes[0].set_title("Fmax (median over seeds)")
+    axes[0].set_ylabel("MHz")
+    axes[1].set_title("LUT4 (incl. carry)")
+    axes[2].set_title("flip-flops (without port registers)")
+    for ax in axes:
+        ax.set_xlabel("LINE_BITS")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([128, 256, 512], ["128", "256", "512"])
+        ax.grid(True, alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"Controller top on ECP5-85F (DEPTH {depth_default}); s6 = LFE5U-85F-6, "
+                 f"s8 = LFE5UM5G-85F-8")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def render(out, report):
+    """Write ``report.json``, ``report.md`` and the plot into ``out``; return their paths."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    if report.get("sweep"):
+        plot = plot_sweep(report["sweep"], out / "sweep.png")
+        if plot:
+            report["sweep_plot"] = plot
+            paths.append(pathlib.Path(plot))
+    paths.insert(0, save(out, report))
+    md = out / "report.md"
+    md.write_text(markdown(report), encoding="utf-8")
+    paths.insert(1, md)
+    return paths

@@ -1,0 +1,239 @@
+"""The ECP5 flow's parsers, the gate-equivalent count, the timing model and the report."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from neuron_fabric.fpga import report as fpga_report
+from neuron_fabric.fpga.board import pll_settings
+from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
+                                     parse_nextpnr_report, parse_synth_stat, port_registers,
+                                     utilization)
+from neuron_fabric.fpga.gates import count_gates, gate_equivalents
+from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
+                                             measure_latency, model)
+from neuron_fabric.golden.params import PRESETS
+from neuron_fabric.hw.controller import LATENCY
+from neuron_fabric.hw.sign_count import SignCountEngine
+
+
+def segment(kind, src, dst, delay, net=None):
+    seg = {"type": kind, "from": {"cell": src[0], "port": src[1]},
+           "to": {"cell": dst[0], "port": dst[1]}, "delay": delay}
+    if net:
+        seg["net"] = net
+    return seg
+
+
+#: A nextpnr report in the shape of ``--report``: one clock, a register-to-register path of
+#: two LUTs, and a faster path from a port that must not be taken for the critical path.
+NEXTPNR_REPORT = {
+    "fmax": {"clk": {"achieved": 187.5, "constraint": 175}},
+    "utilization": {"TRELLIS_COMB": {"used": 120, "available": 83640},
+                    "TRELLIS_FF": {"used": 64, "available": 83640},
+                    "DP16KD": {"used": 2, "available": 208}},
+    "critical_paths": [
+        {"from": "<async>", "to": "posedge clk", "path": [
+            segment("routing", ("in", "O"), ("ff9", "DI"), 9.0, "in")]},
+        {"from": "posedge clk", "to": "posedge clk", "path": [
+            segment("clk-to-q", ("ff0", "Q"), ("ff0", "Q"), 0.5),
+            segment("routing", ("ff0", "Q"), ("lut1", "A"), 1.25, "dut.move"),
+            segment("logic", ("lut1", "A"), ("lut1", "F"), 0.25),
+            segment("routing", ("lut1", "F"), ("lut2", "B"), 1.0, "n_LUT4_Z"),
+            segment("logic", ("lut2", "B"), ("lut2", "F"), 0.25),
+            segment("routing", ("lut2", "F"), ("ff3", "DI"), 0.75, "o_TRELLIS_FF_Q_DI"),
+            segment("setup", ("ff3", "DI"), ("ff3", "DI"), 0.0)]},
+    ],
+}
+
+
+def test_nextpnr_report_gives_fmax_utilization_and_the_register_path():
+    run = parse_nextpnr_report(NEXTPNR_REPORT)
+    assert run["fmax_mhz"] == 187.5 and run["constraint_mhz"] == 175
+    assert run["utilization"]["DP16KD"] == (2, 208)
+    path = run["critical_path"]
+    assert (path["from"], path["to"]) == ("ff0.Q", "ff3.DI")
+    assert path["logic_levels"] == 2
+    assert path["logic_ns"] == pytest.approx(1.0)       # clk-to-q + two LUTs + setup
+    assert path["routing_ns"] == pytest.approx(3.0)
+    assert path["total_ns"] == pytest.approx(4.0)
+    assert path["through"] == ["dut.move"]               # readable nets only
+
+
+def test_a_report_without_a_clocked_path_is_refused():
+    with pytest.raises(ValueError, match="no register-to-register path"):
+        parse_nextpnr_report({"fmax": {}, "utilization": {}})
+    assert critical_path({"critical_paths": NEXTPNR_REPORT["critical_paths"][:1]}) is None
+
+
+def test_median_run_is_the_middle_seed():
+    runs = [{"seed": s, "fmax_mhz": f} for s, f in ((1, 150.0), (2, 170.0), (3, 160.0))]
+    assert median_run(runs)["seed"] == 3
+    assert median_run(runs[:2])["seed"] == 1  # even count: the lower middle, a real run
+    with pytest.raises(ValueError):
+        median_run([])
+
+
+def test_utilization_counts_the_luts_inside_carry_cells_and_leaves_port_registers_out():
+    stat = {"design": {"num_cells_by_type": {"LUT4": 1000, "CCU2C": 50, "TRELLIS_FF": 700,
+                                             "TRELLIS_FF$1": 10, "DP16KD": 52,
+                                             "MULT18X18D": 3}}}
+    cells = parse_synth_stat(stat)
+    assert cells["ff"] == 710
+    u = utilization(cells, parse_nextpnr_report(NEXTPNR_REPORT), GRADES["s6"], wrapper_ff=200)
+    assert u["lut4"] == 1100 and u["carry_cells"] == 50
+    assert u["ff"] == 510 and u["wrapper_ff"] == 200
+    assert u["bram"] == 52 and u["bram_pct"] == 25.0
+    assert u["mult_pct"] == pytest.approx(100 * 3 / 156, abs=0.01)
+    assert u["placed_comb"] == 120
+
+
+def test_port_registers_name_each_port_bit_by_its_field():
+    engine = SignCountEngine(line_bits=128, max_workers=4)
+    wrapped = port_registers(engine)
+    assert wrapped.register_bits == sum(len(p) for p in wrapped.ports)
+    # counts are 128 lanes of 3 bits, then votes, fold, num_workers, readout.
+    assert wrapped.describe("dut.i__payload[119]") == "i.payload.counts[39][2]"
+    assert wrapped.describe("o__o__payload[384]") == "o.payload.saturated"
+    assert wrapped.describe("i__o__ready") == "o.ready"
+    assert wrapped.describe("dut.s3_data[3]") == "dut.s3_data[3]"
+
+
+def test_gate_equivalents_are_transistors_over_four():
+    stat = {"design": {"num_cells_by_type": {"$_NAND_": 10, "$_NOR_": 5, "$_NOT_": 4,
+                                             "$_DFF_P_": 2, "$scopeinfo": 1}}}
+    ge = gate_equivalents(stat, memory_bits=64)
+    assert ge["transistors"] == 10 * 4 + 5 * 4 + 4 * 2 + 2 * 16
+    assert ge["nand2_eq"] == 25 and ge["ff_nand2_eq"] == 8 and ge["logic_nand2_eq"] == 17
+    assert ge["sram_bits"] == 64
+    with pytest.raises(ValueError, match=r"\$_AND_"):
+        gate_equivalents({"design": {"num_cells_by_type": {"$_AND_": 1}}})
+
+
+class Counter(wiring.Component):
+    """A tiny block for the tool runs: an 8-bit counter with an enable."""
+    en: In(1)
+    count: Out(8)
+
+    def elaborate(self, platform):
+        m = Module()
+        with m.If(self.en):
+            m.d.sync += self.count.eq(self.count + 1)
+        return m
+
+
+def test_gate_count_of_a_tiny_block(tmp_path):
+    ge = count_gates(Counter(), module="tiny_counter", work=tmp_path)
+    assert ge["flip_flops"] == 8
+    assert ge["ff_nand2_eq"] == 8 * 16 // 4
+    assert 20 <= ge["logic_nand2_eq"] <= 120  # an incrementer, an enable mux, a reset
+    assert ge["sram_bits"] == 0
+
+
+@pytest.mark.slow
+def test_out_of_context_place_and_route_of_a_tiny_block(tmp_path):
+    wrapped = port_registers(Counter())
+    record = measure(wrapped, module="tiny_counter", work=tmp_path, grades=["s6"], seeds=[1, 2],
+                     ports=wrapped.ports, wrapper_ff=wrapped.register_bits, log=lambda m: None)
+    entry = record["grades"]["s6"]
+    assert "error" not in entry, entry
+    assert entry["fmax_median_mhz"] > 150
+    assert entry["utilization"]["ff"] == 8  # the counter's own, without the port registers
+    assert entry["critical_path"]["logic_levels"] >= 1
+
+
+def test_exposed_overhead_and_lines_per_clock():
+    # The papers' point: 5 cycles at 1 GHz on a 300 ns load is 1.67 %.
+    assert exposed_overhead(cycles=5, clock_mhz=1000, load_ns=300) == pytest.approx(1.6667,
+                                                                                  abs=1e-3)
+    assert exposed_overhead(cycles=4, clock_mhz=200, load_ns=150) == pytest.approx(13.333,
+                                                                                 abs=1e-3)
+    # 64 GB/s of 64-byte lines is one line per ns: one per clock at 1 GHz, 4 at 250 MHz.
+    assert lines_per_clock(bandwidth_gbps=64, line_bytes=64, clock_mhz=1000) == pytest.approx(1)
+    assert lines_per_clock(bandwidth_gbps=64, line_bytes=64, clock_mhz=250) == pytest.approx(4)
+    assert lines_per_clock(bandwidth_gbps=36, line_bytes=32, clock_mhz=1000) == pytest.approx(
+        1.125)
+    with pytest.raises(ValueError, match="clock_mhz"):
+        exposed_overhead(cycles=4, clock_mhz=0, load_ns=300)
+
+
+def test_model_rows_and_the_clock_that_matches_the_papers():
+    m = model(cycles=4, clocks_mhz={"fpga": 160.0, "asic": 2000.0}, load_ns=(150.0, 300.0))
+    fpga, asic = m["rows"]
+    assert fpga["datapath_ns"] == 25.0
+    assert fpga["overhead_pct"] == {"150": pytest.approx(16.667, abs=1e-3),
+                                    "300": pytest.approx(8.333, abs=1e-3)}
+    assert not fpga["links"]["x16"]["keeps_up"] and asic["links"]["x16"]["keeps_up"]
+    assert fpga["links"]["x8"]["datapath_gbps"] == pytest.approx(10.24)
+    # 4 cycles stay at 1.67 % on a 300 ns load from 4 / (0.0167 * 300 ns) = 798.4 MHz.
+    assert m["clock_mhz_for_paper_overhead"]["300"] == pytest.approx(798.4, abs=0.1)
+    assert m["paper"]["clock_mhz_implied"]["300"] == pytest.approx(998.0, abs=0.1)
+
+
+def test_latency_is_measured_in_simulation_and_matches_the_declared_one():
+    latency = measure_latency(PRESETS["small"], rounds=2)
+    assert latency.gbinary_write == LATENCY
+    assert latency.gternary_write == LATENCY
+    assert latency.initiation_interval == 1.0
+
+
+def test_pll_settings_stay_in_the_vco_range():
+    pll = pll_settings(150.0)
+    assert pll["mhz"] == 150.0
+    assert 400 <= pll["vco_mhz"] <= 800
+    assert pll["mhz"] == pytest.approx(25.0 * pll["clkfb_div"] / pll["clki_div"])
+    assert pll_settings(161.0)["mhz"] <= 161.0
+    with pytest.raises(ValueError, match="target_mhz"):
+        pll_settings(1.0)
+
+
+def test_markdown_report_holds_every_part(tmp_path):
+    run = parse_nextpnr_report(NEXTPNR_REPORT)
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 900, "CCU2C": 50,
+                                                               "TRELLIS_FF": 64,
+                                                               "DP16KD": 2}}})
+    entry = {"grade": "LFE5U-85F", "speed": 6, "target_mhz": 175,
+             "seeds": [{"seed": 1, "fmax_mhz": 187.5}], "fmax_median_mhz": 187.5,
+             "critical_path": run["critical_path"], "critical_path_seed": 1,
+             "utilization": utilization(cells, run, GRADES["s6"])}
+    top = {"module": "nfabric_x", "grades": {"s6": entry}, "memory": "Slot memory: ..."}
+    report = {
+        "default": {"name": "x", "params": PRESETS["small"].as_dict(), "seeds": [1],
+                    "tools": "t", "targets": {"fmax_mhz": {"s6": 175.0}, "lut4": 10_000,
+                                              "bram_needed": 2},
+                    "top": top, "blocks": {"sign_count": top}, "gates": {
+                        "sign_count": gate_equivalents({"design": {"num_cells_by_type": {
+                            "$_NAND_": 4}}})}},
+        "timing_model": {"latency": {"gbinary_write": 4, "gternary_write": 4, "readout": 4,
+                                     "memory_write": 4, "initiation_interval": 1.0,
+                                     "requests": 10},
+                         "declared_latency": 4,
+                         "model": model(cycles=4, clocks_mhz={"fpga": 187.5})},
+        "sweep": [{"params": PRESETS["small"].as_dict(), "module": "m",
+                   "area": entry["utilization"], "grades": {"s6": entry}},
+                  {"params": dict(PRESETS["small"].as_dict(), line_bits=256), "module": "n",
+                   "area": entry["utilization"], "grades": {}}],
+        "sweep_seeds": [1],
+    }
+    paths = fpga_report.render(tmp_path, report)
+    text = (tmp_path / "report.md").read_text()
+    assert "**187.5** (187.5)" in text
+    assert "1,000 (1.2 %)" in text                # 900 LUT4 + 2 per carry cell
+    assert "| logic | ≤ 10,000 LUT4 | 1,000 LUT4 | met |" in text
+    assert "papers (5 cycles, claimed)" in text and "≤ 1.67 %" in text
+    assert "| 256 / 4 / 8 | synthesis only | - | 1,000 (1.2 %)" in text
+    assert (tmp_path / "sweep.png").stat().st_size > 1000
+    assert json.loads((tmp_path / "report.json").read_text())["sweep_seeds"] == [1]
+    assert {p.name for p in paths} == {"report.json", "report.md", "sweep.png"}
+
+
+def test_command_line_refuses_an_unknown_grade():
+    result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
+                             "s7"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "grades must be among" in result.stderr
