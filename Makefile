@@ -19,16 +19,18 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-ecp5 fpga-sweep combiner-eval train-check clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check clean distclean help
 
 help:
-	@echo "make all           set up, then run the main job (Verilog, traces, golden benchmark)"
+	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
 	@echo "make test          set up, then run the test suite (slow tests deselected)"
 	@echo "make test-all      the test suite including the slow marker"
 	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
-	@echo "make fpga-ecp5     ECP5 place and route, gate equivalents, timing model ($(BUILD)/fpga/; FPGA_ARGS='--seeds 1')"
+	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/, about 20 min)"
+	@echo "make fpga-ecp5     ECP5 place and route of the 512-bit default, gate equivalents, board, timing model"
+	@echo "                   ($(BUILD)/fpga/; hours on 2 cores; FPGA_ARGS='--top-seeds 1 --no-board' for less)"
 	@echo "make fpga-sweep    the controller over LINE_BITS x MAX_WORKERS on ECP5 ($(BUILD)/fpga/; SWEEP_ARGS=...)"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
@@ -36,8 +38,8 @@ help:
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces sim bench-golden combiner-eval train-check
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, combiner/, train/)"
+all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -103,6 +105,11 @@ FPGA_ARGS  ?=
 SWEEP_ARGS ?=
 fpga-ecp5: venv yowasp
 	$(PY) -m neuron_fabric.fpga ecp5 --out $(BUILD)/fpga $(FPGA_ARGS)
+
+# The same flow on the 128-bit small preset, one grade and one seed: what `make all` runs,
+# because the 512-bit top takes over an hour per place-and-route run on 2 cores.
+fpga-quick: venv yowasp
+	$(PY) -m neuron_fabric.fpga ecp5 --quick --out $(BUILD)/fpga-quick
 
 fpga-sweep: venv yowasp
 	$(PY) -m neuron_fabric.fpga sweep --out $(BUILD)/fpga $(SWEEP_ARGS)

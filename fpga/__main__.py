@@ -90,10 +90,11 @@ def _factories(params, *, with_top=True):
     return out
 
 
-def _measure_block(factory, module, work, *, grades, seeds, timeout):
+def _measure_block(factory, module, work, *, grades, seeds, args):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
-                   ports=wrapped.ports, log=_log, timeout=timeout)
+                   ports=wrapped.ports, log=_log, timeout=args.timeout, jobs=args.jobs,
+                   cached_only=args.cached_only)
 
 
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
@@ -188,22 +189,25 @@ def cmd_ecp5(args):
     params = _params_from(args, params)
     grades = args.grades or (["s6"] if args.quick else list(GRADES))
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+    top_seeds = args.top_seeds or seeds
     out = args.out
     work = out / "work" / params.name
     report = _report.load(out)
     factories = _factories(params)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
+               "top_seeds": top_seeds,
                "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
                "date": datetime.date.today().isoformat(), "quick": args.quick,
                "blocks": {}, "gates": {}}
+    previous = report.get("default", {})
     report["default"] = default
 
     module, factory = factories["controller"]
-    _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(seeds)} seed(s), "
-         f"work in {work / 'controller'}")
-    top = _measure_block(factory, module, work / "controller", grades=grades, seeds=seeds,
-                         timeout=args.timeout)
+    _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(top_seeds)} "
+         f"seed(s), work in {work / 'controller'}")
+    top = _measure_block(factory, module, work / "controller", grades=grades, seeds=top_seeds,
+                         args=args)
     default["top"] = top
     if "cells" in top:
         note, needed, mapped = _memory_note(params, top)
@@ -217,7 +221,7 @@ def cmd_ecp5(args):
                 continue
             _log(f"ecp5: block {role} ({module})")
             default["blocks"][role] = _measure_block(
-                factory, module, work / role, grades=grades, seeds=seeds, timeout=args.timeout)
+                factory, module, work / role, grades=grades, seeds=seeds, args=args)
             _finish(out, report, "ecp5")
 
     if not args.no_gates:
@@ -235,7 +239,12 @@ def cmd_ecp5(args):
                 _log(f"gates: {role}: failed: {error}")
         _finish(out, report, "gates")
 
-    if not args.no_board and not args.quick:
+    if not args.no_board and not args.quick and args.cached_only:
+        if previous.get("board") and previous.get("name") == params.name:
+            default["board"] = previous["board"]
+        else:
+            _log("board: not run (--cached-only)")
+    elif not args.no_board and not args.quick:
         from .board import build
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
@@ -263,6 +272,7 @@ def cmd_sweep(args):
     depths = args.depths or [base.depth]
     grades = [] if args.synth_only else (args.grades or (["s6"] if args.quick
                                                           else list(GRADES)))
+    placed = set(args.place_line_bits or line_bits)
     seeds = args.seeds or [1]
     points = []
     for lb in line_bits:
@@ -280,7 +290,8 @@ def cmd_sweep(args):
     for index, point in enumerate(points, 1):
         key = (point["line_bits"], point["max_workers"], point["depth"])
         kept = done.get(key, {})
-        if (key in done and "error" not in kept and set(grades) <= set(kept.get("grades", {}))
+        wanted = grades if point["line_bits"] in placed else []
+        if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
                 and not any("error" in e for e in kept.get("grades", {}).values())):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
@@ -295,8 +306,9 @@ def cmd_sweep(args):
         try:
             record = _measure_block(lambda: Controller(params=params, max_reads=MAX_READS),
                                     f"nfabric_{params.name}", out / "work" / params.name /
-                                    "controller", grades=grades, seeds=seeds,
-                                    timeout=args.timeout)
+                                    "controller", seeds=seeds,
+                                    grades=grades if params.line_bits in placed else [],
+                                    args=args)
         except Exception as error:  # keep going: record the failure and move on
             record = {"module": f"nfabric_{params.name}", "error":
                       f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
@@ -347,6 +359,11 @@ def _parser():
                        help=f"comma-separated among {', '.join(GRADES)} (default: all)")
         p.add_argument("--timeout", type=float, default=None,
                        help="seconds one nextpnr run may take before it counts as failed")
+        p.add_argument("--jobs", type=int, default=None,
+                       help="nextpnr runs at a time (default: one per core)")
+        p.add_argument("--cached-only", action="store_true",
+                       help="start no place and route: report the runs already in OUT/work/ "
+                            "and mark the others `not run`")
 
     def params(p):
         for name in ("line_bits", "max_workers", "depth", "num_windows"):
@@ -355,6 +372,9 @@ def _parser():
 
     e = common(sub.add_parser("ecp5", help="the default configuration, its blocks, the board"))
     flow(e, "placement seeds, comma-separated (default: 1,2,3; --quick: 1)")
+    e.add_argument("--top-seeds", type=_ints,
+                   help="placement seeds of the controller top, which costs the most "
+                        "(default: --seeds)")
     params(e)
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")
@@ -371,6 +391,9 @@ def _parser():
                    help="DEPTH values; the first for the grid, the others at the widest point")
     s.add_argument("--synth-only", action="store_true",
                    help="area from synthesis only, no place and route (no Fmax)")
+    s.add_argument("--place-line-bits", type=_ints,
+                   help="place and route only the points of these LINE_BITS; the others "
+                        "get synthesis only (default: every point)")
     s.add_argument("--resume", action="store_true",
                    help="keep points already measured without error in report.json")
     s.set_defaults(run=cmd_sweep)

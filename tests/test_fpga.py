@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import threading
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -133,6 +134,60 @@ def test_gate_count_of_a_tiny_block(tmp_path):
     assert ge["ff_nand2_eq"] == 8 * 16 // 4
     assert 20 <= ge["logic_nand2_eq"] <= 120  # an incrementer, an enable mux, a reset
     assert ge["sram_bits"] == 0
+
+
+def test_seeds_and_grades_are_placed_in_parallel_and_reported_in_order(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
+    monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
+    # Both runs must be in flight at once to pass the barrier; one after the other, the
+    # first waits alone and the barrier breaks.
+    barrier = threading.Barrier(2, timeout=10)
+
+    def fake_pnr(*, work, grade, seed, **options):
+        barrier.wait()
+        if seed == 3:
+            raise ecp5.ToolError("nextpnr ran past 1 s")
+        report = json.loads(json.dumps(NEXTPNR_REPORT))
+        report["fmax"]["clk"]["achieved"] = 100.0 * grade.speed + seed
+        return report, 1.0
+
+    monkeypatch.setattr(ecp5, "place_and_route", fake_pnr)
+    netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
+    (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
+    record = measure(object(), module="m", work=tmp_path, grades=["s8", "s6"],
+                     seeds=[2, 1, 3], log=lambda m: None, jobs=2)
+    assert list(record["grades"]) == ["s8", "s6"]
+    for key, speed in (("s8", 8), ("s6", 6)):
+        entry = record["grades"][key]
+        assert [r["seed"] for r in entry["seeds"]] == [2, 1, 3]
+        assert [r.get("fmax_mhz") for r in entry["seeds"]] == [100 * speed + 2, 100 * speed + 1,
+                                                               None]
+        assert "past 1 s" in entry["seeds"][2]["error"]
+        assert entry["fmax_median_mhz"] == 100 * speed + 1.5
+        assert entry["critical_path_seed"] == 1
+
+
+def test_cached_only_reports_finished_runs_and_starts_none(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
+    monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
+    monkeypatch.setattr(ecp5, "_run", lambda *args, **kwargs: pytest.fail("a tool was started"))
+    netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
+    (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
+    (tmp_path / "pnr_LFE5U-85F_s6_seed1.json").write_text(json.dumps(NEXTPNR_REPORT),
+                                                         encoding="utf-8")
+    record = measure(object(), module="m", work=tmp_path, grades=["s6", "s8"], seeds=[1, 2],
+                     log=lambda m: None, cached_only=True)
+    s6, s8 = record["grades"]["s6"], record["grades"]["s8"]
+    assert s6["fmax_median_mhz"] == 187.5
+    assert s6["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 0.0},
+                           {"seed": 2, "not_run": True}]
+    assert fpga_report._fmax_text(s6) == "**187.5** (187.5, not run)"
+    assert s8["error"] == "not placed yet"
+    assert fpga_report._fmax_text(s8) == "not run"
 
 
 @pytest.mark.slow
