@@ -195,7 +195,10 @@ def _sweep_section(sweep):
             rows.append([label, "synthesis only", "-", *_resource_row({"utilization":
                                                                       point["area"]})])
         for key, entry in point.get("grades", {}).items():
-            rows.append([label, _grade_label(entry), _fmax_text(entry), *_resource_row(entry)])
+            # A point not placed yet still has its synthesis figures.
+            resources = entry if entry.get("utilization") else {"utilization": point.get("area")}
+            rows.append([label, _grade_label(entry), _fmax_text(entry),
+                         *_resource_row(resources)])
     return _table(["LINE_BITS / MAX_WORKERS / DEPTH", "part", "Fmax MHz, median (seeds)",
                    "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)"], rows)
 

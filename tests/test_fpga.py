@@ -272,7 +272,11 @@ def test_markdown_report_holds_every_part(tmp_path):
         "sweep": [{"params": PRESETS["small"].as_dict(), "module": "m",
                    "area": entry["utilization"], "grades": {"s6": entry}},
                   {"params": dict(PRESETS["small"].as_dict(), line_bits=256), "module": "n",
-                   "area": entry["utilization"], "grades": {}}],
+                   "area": entry["utilization"], "grades": {}},
+                  {"params": dict(PRESETS["small"].as_dict(), line_bits=512), "module": "o",
+                   "area": entry["utilization"], "grades": {"s6": {
+                       "grade": "LFE5U-85F", "speed": 6, "error": "not placed yet",
+                       "seeds": [{"seed": 1, "not_run": True}]}}}],
         "sweep_seeds": [1],
     }
     paths = fpga_report.render(tmp_path, report)
@@ -282,6 +286,7 @@ def test_markdown_report_holds_every_part(tmp_path):
     assert "| logic | ≤ 10,000 LUT4 | 1,000 LUT4 | met |" in text
     assert "papers (5 cycles, claimed)" in text and "≤ 1.67 %" in text
     assert "| 256 / 4 / 8 | synthesis only | - | 1,000 (1.2 %)" in text
+    assert "| 512 / 4 / 8 | LFE5U-85F-6 | not run | 1,000 (1.2 %)" in text
     assert (tmp_path / "sweep.png").stat().st_size > 1000
     assert json.loads((tmp_path / "report.json").read_text())["sweep_seeds"] == [1]
     assert {p.name for p in paths} == {"report.json", "report.md", "sweep.png"}
