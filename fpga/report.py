@@ -105,9 +105,9 @@ def _targets(top, targets):
         got = entry["fmax_median_mhz"]
         rows.append([f"Fmax {_grade_label(entry)}", f"≥ {goal:g} MHz", f"{got:.1f} MHz",
                      "met" if got >= goal else "missed"])
-    entry = next(iter(top.get("grades", {}).values()), None)
-    if entry and entry.get("utilization"):
-        u = entry["utilization"]
+    entry = next(iter(top.get("grades", {}).values()), {})
+    u = entry.get("utilization") or top.get("area")  # placed, else synthesis alone
+    if u:
         rows.append(["logic", f"≤ {targets['lut4']:,} LUT4", f"{u['lut4']:,} LUT4",
                      "met" if u["lut4"] <= targets["lut4"] else "missed"])
         need = targets.get("bram_needed")
