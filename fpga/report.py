@@ -67,6 +67,11 @@ def _resource_row(entry):
             _pct(u["bram"], u["bram_pct"]), _pct(u["mult"], u["mult_pct"])]
 
 
+def _placed_or_synthesized(entry, record):
+    """A grade's figures after place and route or, when it was not placed, synthesis's."""
+    return entry if entry.get("utilization") else {"utilization": record.get("area")}
+
+
 def _grade_label(entry):
     return f"{entry['grade']}-{entry['speed']}"
 
@@ -80,7 +85,7 @@ def _block_section(title, records):
             continue
         for key, entry in rec["grades"].items():
             rows.append([role, f"`{rec['module']}`", _grade_label(entry), _fmax_text(entry),
-                         *_resource_row(entry)])
+                         *_resource_row(_placed_or_synthesized(entry, rec))])
     header = ["block", "module", "part", "Fmax MHz, median (seeds)", "LUT4 (% of part)",
               "FF (% of part)", "carry (CCU2C)", "DP16KD (%)", "MULT18 (%)"]
     return f"### {title}\n\n" + _table(header, rows)
@@ -195,10 +200,8 @@ def _sweep_section(sweep):
             rows.append([label, "synthesis only", "-", *_resource_row({"utilization":
                                                                       point["area"]})])
         for key, entry in point.get("grades", {}).items():
-            # A point not placed yet still has its synthesis figures.
-            resources = entry if entry.get("utilization") else {"utilization": point.get("area")}
             rows.append([label, _grade_label(entry), _fmax_text(entry),
-                         *_resource_row(resources)])
+                         *_resource_row(_placed_or_synthesized(entry, point))])
     return _table(["LINE_BITS / MAX_WORKERS / DEPTH", "part", "Fmax MHz, median (seeds)",
                    "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)"], rows)
 
