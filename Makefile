@@ -28,7 +28,7 @@ help:
 	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
-	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/, about 20 min)"
+	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/)"
 	@echo "make fpga-ecp5     ECP5 place and route of the 512-bit default, gate equivalents, board, timing model"
 	@echo "                   ($(BUILD)/fpga/; hours on 2 cores; FPGA_ARGS='--top-seeds 1 --no-board' for less)"
 	@echo "make fpga-sweep    the controller over LINE_BITS x MAX_WORKERS on ECP5 ($(BUILD)/fpga/; SWEEP_ARGS=...)"

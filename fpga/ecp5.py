@@ -30,10 +30,10 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Grade", "GRADES", "ToolError", "tool", "port_registers", "synthesize",
-           "NotRun", "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
-           "cell_signals", "wrapper_flops",
-           "median_run", "utilization", "measure", "default_jobs"]
+__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "tool", "port_registers", "synthesize",
+           "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
+           "cell_signals", "wrapper_flops", "median_run", "utilization", "measure",
+           "default_jobs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -413,8 +413,9 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
 
     The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
     failed run is recorded (``error``) and the others go on; with ``cached_only``, only runs
-    already in ``work`` are reported and the others are marked ``not_run``. The record holds the cell
-    counts, and per grade every seed's Fmax, the median, its critical path and utilization.
+    already in ``work`` are reported and the others are marked ``not_run``. The record holds
+    the cell counts, and per grade every seed's Fmax, the median, its critical path and
+    utilization.
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
