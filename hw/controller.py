@@ -35,8 +35,9 @@ class Controller(wiring.Component):
 
     1. *decode*: the registered request is matched against the windows;
     2. *read*: the slot's accumulators and contribution bitmap are read from block RAM;
-    3. *fold*: status, the lane engines' fold and readout, the write-back of the slot;
-    4. *respond*: the response beats, or the memory request.
+    3. *fold*: status, the lane engines' fold and readout, the write-back of the slot; a
+       readout of ``k`` lines stays here ``k`` cycles and hands over one line per cycle;
+    4. *respond*: one response beat, or the memory request.
 
     **Throughput**: one line per clock on the low-bit path, also for back-to-back writes to
     one slot (the fold forwards the slot it has just written instead of stalling). A
@@ -101,8 +102,7 @@ class Controller(wiring.Component):
         L, MW, CW = p.line_bits, p.max_workers, p.counter_bits
         rows = p.num_windows * p.depth
         row_bits = L * CW  # G-Binary counts; G-Ternary sums (L/2 lanes of C+1 bits) fit too
-        readout_bits = max(max_readout_lines(route, line_bits=L, counter_bits=CW)
-                           for route in Route) * L
+        most_lines = max(max_readout_lines(route, line_bits=L, counter_bits=CW) for route in Route)
 
         m.submodules.csr_block = csr_block = CSRBlock(regmap=self.regmap)
         m.submodules.sign_count = sign_count = SignCountEngine(
@@ -138,6 +138,7 @@ class Controller(wiring.Component):
             # Decided before *fold*, so the wide datapath there never waits on the status:
             fold_gbinary=1, fold_gternary=1,  # a write to a well-configured window, by route
             clears=1,                         # a READ_CLEAR of a well-configured window
+            reads=1,                          # a READ or READ_CLEAR of one: may read out
             to_memory=1)                      # memory traffic
 
         def stage(name):
@@ -201,13 +202,15 @@ class Controller(wiring.Component):
         to_window = s2["claimed"] & s2["config_ok"]
         with m.If(move):
             m.d.sync += [s3[key].eq(s2[key]) for key in stage_shape
-                         if key not in ("fold_gbinary", "fold_gternary", "clears", "to_memory")]
+                         if key not in ("fold_gbinary", "fold_gternary", "clears", "reads",
+                                        "to_memory")]
             m.d.sync += [
                 s3["fold_gbinary"].eq(to_window & (s2["op"] == Op.WRITE)
                                       & (s2["route"] == Route.GBINARY)),
                 s3["fold_gternary"].eq(to_window & (s2["op"] == Op.WRITE)
                                        & (s2["route"] == Route.GTERNARY)),
                 s3["clears"].eq(to_window & (s2["op"] == Op.READ_CLEAR)),
+                s3["reads"].eq(to_window & (s2["op"] != Op.WRITE)),
                 s3["to_memory"].eq(~s2["claimed"] & (s2["op"] != Op.READ_CLEAR)),
             ]
             m.d.sync += forward.eq(s3["valid"] & writes_slot & (s3["row"] == s2["row"]))
@@ -220,6 +223,7 @@ class Controller(wiring.Component):
         m.d.comb += [row_in.eq(Mux(forward, last_row, slots_rd.data)),
                      bitmap_in.eq(Mux(forward, last_bitmap, bitmaps_rd.data))]
 
+        beat = Signal(range(most_lines))  # the readout line that *fold* hands over next
         is_write = s3["op"] == Op.WRITE
         is_read_clear = s3["op"] == Op.READ_CLEAR
         is_gbinary = s3["route"] == Route.GBINARY
@@ -257,6 +261,7 @@ class Controller(wiring.Component):
             sign_count.i.payload.fold.eq(s3["fold_gbinary"]),
             sign_count.i.payload.num_workers.eq(num_workers),
             sign_count.i.payload.readout.eq(s3["readout"]),
+            sign_count.i.payload.line.eq(beat),
             sign_count.o.ready.eq(1),
             ternary_gate.i.valid.eq(s3["valid"]),
             ternary_gate.i.payload.sums.eq(row_in[:L // 2 * (CW + 1)]),
@@ -264,6 +269,7 @@ class Controller(wiring.Component):
             ternary_gate.i.payload.fold.eq(s3["fold_gternary"]),
             ternary_gate.i.payload.gate.eq(reg("GATE", "GATE")),
             ternary_gate.i.payload.readout.eq(s3["readout"]),
+            ternary_gate.i.payload.line.eq(beat),
             ternary_gate.o.ready.eq(1),
         ]
         # The engines fold every write to a window; a refused one is simply not written back.
@@ -292,41 +298,48 @@ class Controller(wiring.Component):
             slots_wr.en.eq(sweeping | fold_writes),
             bitmaps_wr.en.eq(sweeping | fold_writes),
         ]
-        with m.If(fold_writes):
+        # Loaded whenever the pipeline moves, not only on writes: ``forward`` is set only
+        # after a write, and the wide register's enable then needs no status.
+        with m.If(move):
             m.d.sync += [last_row.eq(row_out), last_bitmap.eq(bitmap_out)]
 
-        # Readout lines and their count, by the window's readout.
+        # The readout line of this beat, and the readout's length. The pipeline behind *fold*
+        # moves on the readout's last beat, decided from registered fields only (``reads``,
+        # ``readout``), never from the status: a refused read also stays its readout's
+        # length, and its later beats are bubbles.
         readout_data = Mux(is_gbinary, sign_count.o.payload.readout,
                            ternary_gate.o.payload.readout)
         lines = C(1, 3)
         for r in Readout:
             lines = Mux(s3["readout"] == r, readout_lines(r, line_bits=L, counter_bits=CW), lines)
+        last_line = beat == lines - 1
+        answers_readout = s3["claimed"] & (status == Status.OK) & ~is_write
 
         # ------------------------------------------------------------ 4. respond
-        # A request here may need to send a memory request (``r_send``) and to answer
-        # locally (``r_answer``): a read of memory only sends (its data comes back through
-        # the passthrough), a write of memory does both (acknowledged with a zero line), the
-        # rest only answer. It retires when both are done, in the same cycle or not.
+        # A beat here may need to send a memory request (``r_send``) and to answer locally
+        # (``r_answer``): a read of memory only sends (its data comes back through the
+        # passthrough), a write of memory does both (acknowledged with a zero line), the rest
+        # only answer. It retires when both are done, in the same cycle or not.
         r_valid = Signal()
         r_send = Signal()
         r_answer = Signal()
         r_write = Signal()
-        r_quiet = Signal()             # answered with zero lines: writes and refusals
+        r_quiet = Signal()             # answered with a zero line: writes and refusals
+        r_last = Signal()
         r_status = Signal(2)
         r_addr = Signal(ADDR_BITS)
-        r_data = Signal(readout_bits)  # readout lines, line 0 first; or the written line
-        r_beats = Signal(range(max(2, readout_bits // L + 1)))  # beats left to answer
+        r_data = Signal(L)             # a readout line, or the written line
         reads_pending = passthrough.reads_in_flight != 0
 
         m.d.comb += [
             passthrough.i_req.valid.eq(r_valid & r_send),
             passthrough.i_req.payload.write.eq(r_write),
             passthrough.i_req.payload.addr.eq(r_addr),
-            passthrough.i_req.payload.data.eq(r_data[:L]),
+            passthrough.i_req.payload.data.eq(r_data),
         ]
         sent = passthrough.i_req.valid & passthrough.i_req.ready
         answering = r_valid & r_answer
-        beat_done = Signal()
+        answered = Signal()
         with m.If(reads_pending):  # earlier memory reads answer first, in order
             m.d.comb += [
                 self.o_resp.valid.eq(passthrough.o_data.valid),
@@ -339,37 +352,33 @@ class Controller(wiring.Component):
             m.d.comb += [
                 self.o_resp.valid.eq(answering),
                 self.o_resp.payload.status.eq(r_status),
-                self.o_resp.payload.last.eq(r_beats == 1),
-                self.o_resp.payload.data.eq(Mux(r_quiet, 0, r_data[:L])),
-                beat_done.eq(answering & self.o_resp.ready),
+                self.o_resp.payload.last.eq(r_last),
+                self.o_resp.payload.data.eq(Mux(r_quiet, 0, r_data)),
+                answered.eq(answering & self.o_resp.ready),
             ]
-        answered = beat_done & (r_beats == 1)
         retire = r_valid & (~r_send | sent) & (~r_answer | answered)
-        m.d.comb += move.eq(~r_valid | retire)
+        take = ~r_valid | retire   # *respond* takes the next beat
+        m.d.comb += move.eq(take & (~s3["valid"] | ~s3["reads"] | last_line))
 
-        answers_readout = s3["claimed"] & (status == Status.OK) & ~is_write
-        with m.If(move):
+        with m.If(take):
+            with m.If(s3["valid"] & s3["reads"]):
+                m.d.sync += beat.eq(Mux(last_line, 0, beat + 1))
             m.d.sync += [
-                r_valid.eq(s3["valid"]),
+                r_valid.eq(s3["valid"] & ((beat == 0) | answers_readout)),
                 r_send.eq(to_memory),
                 r_answer.eq(~to_memory | is_write),
                 r_write.eq(is_write),
                 r_status.eq(status),
                 r_addr.eq(s3["addr"]),
                 r_quiet.eq(~answers_readout),
+                r_last.eq(~answers_readout | last_line),
                 r_data.eq(Mux(to_memory, s3["data"], readout_data)),
-                r_beats.eq(Mux(answers_readout, lines, 1)),
             ]
         with m.Else():
             with m.If(sent):
                 m.d.sync += r_send.eq(0)
-            with m.If(beat_done):
-                m.d.sync += r_beats.eq(r_beats - 1)
-                # Shift the next readout line in; a write's line stays until it is sent.
-                with m.If(r_beats == 1):
-                    m.d.sync += r_answer.eq(0)
-                with m.Else():
-                    m.d.sync += r_data.eq(r_data >> L)
+            with m.If(answered):
+                m.d.sync += r_answer.eq(0)
 
         # ------------------------------------------------------------ clearing
         # Reset, CLEAR_SLOTS and window writes mark windows to clear. Requests stop, the

@@ -1,13 +1,14 @@
 """The G-Binary sign-count lane engine (DESIGN.md section 3)."""
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, readout_lane_bits
 from ..golden.lines import check_line_bits
+from .lane_logic import carry_out, step, widen
 from .layouts import (check_hw_max_workers, count_layout, max_readout_lines, pad_lanes,
-                      ternary_code, vote_layout)
+                      select_line, ternary_code, vote_layout)
 
 __all__ = ["SignCountEngine"]
 
@@ -16,8 +17,8 @@ class SignCountEngine(wiring.Component):
     """Folds one line of sign votes into a slot's saturating counters and reads a slot out.
 
     One G-Binary lane per line bit. Per lane, ``counts + vote`` saturates at
-    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is computed from the
-    incoming counts (a read never folds), with ``N`` = ``num_workers``:
+    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is line ``line`` of the
+    incoming counts' readout (a read never folds), with ``N`` = ``num_workers``:
 
     - ``SIGN``: bit 1 where ``2n > N`` (majority negative; a tie reads 0);
     - ``TERNARY``: code ``11`` where ``2n > N``, ``01`` where ``2n < N``, ``00`` on a tie;
@@ -40,10 +41,11 @@ class SignCountEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``counts`` (the slot), ``votes`` (the written line), ``fold`` (1: add the votes,
-        0: pass the counts through), ``num_workers`` and ``readout`` (a ``Readout`` value).
+        0: pass the counts through), ``num_workers``, ``readout`` (a ``Readout`` value) and
+        ``line`` (which line of that readout).
     o : ``Out(stream.Signature(...))``
-        ``counts`` (the slot after the fold), ``saturated`` and ``readout`` (the readout
-        lines, concatenated, line 0 in the low bits; unused lines read 0).
+        ``counts`` (the slot after the fold), ``saturated`` and ``readout`` (line ``line``
+        of the readout; a line past the readout's last reads 0).
 
     Raises
     ------
@@ -65,11 +67,12 @@ class SignCountEngine(wiring.Component):
                 "fold": unsigned(1),
                 "num_workers": unsigned(self.max_workers.bit_length()),
                 "readout": unsigned(3),
+                "line": range(self.readout_lines),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "counts": counts,
                 "saturated": unsigned(1),
-                "readout": unsigned(self.readout_lines * self.line_bits),
+                "readout": unsigned(self.line_bits),
             }))),
         })
 
@@ -79,30 +82,37 @@ class SignCountEngine(wiring.Component):
         p_in, p_out = self.i.payload, self.o.payload
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
 
+        # Fold: a lane counts up on a vote unless it is full (all ones, ``limit``).
         saturated = []
         for lane in range(self.line_bits):
             count, vote = p_in.counts[lane], p_in.votes[lane]
             full = count == limit
             saturated.append(p_in.fold & vote & full)
-            m.d.comb += p_out.counts[lane].eq(Mux(p_in.fold & vote & ~full, count + 1, count))
+            m.d.comb += p_out.counts[lane].eq(step(count, up=p_in.fold & vote & ~full, down=0))
         m.d.comb += p_out.saturated.eq(Cat(saturated).any())
 
-        # Majority per lane: compare 2n with N once, share it between SIGN and TERNARY.
-        # Named signals, so that each lane's slice refers to one comparator.
+        # Majority: 2n > N is n > N // 2 and 2n < N is n < ceil(N / 2). Both thresholds are
+        # computed once; each lane tests them with two short carry functions.
+        width = max(self.counter_bits, len(p_in.num_workers))
+        below_negative = Signal(width)   # ~(N // 2)
+        below_positive = Signal(width)   # ~ceil(N / 2)
+        m.d.comb += [below_negative.eq(~widen(p_in.num_workers >> 1, width)),
+                     below_positive.eq(~widen((p_in.num_workers + 1) >> 1, width))]
         negative = Signal(self.line_bits)
         positive = Signal(self.line_bits)
         for lane in range(self.line_bits):
-            twice = Cat(C(0, 1), p_in.counts[lane])
-            m.d.comb += [negative[lane].eq(twice > p_in.num_workers),
-                         positive[lane].eq(twice < p_in.num_workers)]
+            count = widen(p_in.counts[lane], width)
+            m.d.comb += [negative[lane].eq(carry_out(count, below_negative)),
+                         positive[lane].eq(~carry_out(count, below_positive, carry_in=1))]
+        codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.line_bits))
+        width = readout_lane_bits(Readout.COUNTS, self.counter_bits)
         with m.Switch(p_in.readout):
             with m.Case(Readout.SIGN):
-                m.d.comb += p_out.readout.eq(negative)
+                with m.If(p_in.line == 0):
+                    m.d.comb += p_out.readout.eq(negative)
             with m.Case(Readout.TERNARY):
-                m.d.comb += p_out.readout.eq(Cat(ternary_code(negative[lane], positive[lane])
-                                                 for lane in range(self.line_bits)))
+                select_line(m, p_out.readout, codes, p_in.line)
             with m.Case(Readout.COUNTS):
-                width = readout_lane_bits(Readout.COUNTS, self.counter_bits)
-                m.d.comb += p_out.readout.eq(pad_lanes(p_in.counts, width))
+                select_line(m, p_out.readout, pad_lanes(p_in.counts, width), p_in.line)
         return m
 

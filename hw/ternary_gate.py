@@ -1,13 +1,14 @@
 """The G-Ternary gate lane engine (DESIGN.md section 4)."""
 
-from amaranth.hdl import C, Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, readout_lane_bits, sum_limit
 from ..golden.lines import check_line_bits
-from .layouts import (check_hw_max_workers, code_layout, max_readout_lines, pad_lanes, sum_layout,
-                      ternary_code)
+from .lane_logic import carry_out, step, widen
+from .layouts import (check_hw_max_workers, code_layout, max_readout_lines, pad_lanes,
+                      select_line, sum_layout, ternary_code)
 
 __all__ = ["TernaryGateEngine"]
 
@@ -44,11 +45,12 @@ class TernaryGateEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``sums`` (the slot), ``codes`` (the written line), ``fold`` (1: add the codes,
-        0: pass the sums through), ``gate`` (the GATE register) and ``readout``.
+        0: pass the sums through), ``gate`` (the GATE register), ``readout`` and ``line``
+        (which line of that readout).
     o : ``Out(stream.Signature(...))``
         ``sums`` (the slot after the fold), ``saturated``, ``invalid`` (a folded line held
-        an invalid code) and ``readout`` (the readout lines, concatenated, line 0 in the low
-        bits; unused lines read 0).
+        an invalid code) and ``readout`` (line ``line`` of the readout; a line past the
+        readout's last reads 0).
 
     Raises
     ------
@@ -71,12 +73,13 @@ class TernaryGateEngine(wiring.Component):
                 "fold": unsigned(1),
                 "gate": unsigned(8),
                 "readout": unsigned(3),
+                "line": range(self.readout_lines),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "sums": sums,
                 "saturated": unsigned(1),
                 "invalid": unsigned(1),
-                "readout": unsigned(self.readout_lines * self.line_bits),
+                "readout": unsigned(self.line_bits),
             }))),
         })
 
@@ -86,37 +89,46 @@ class TernaryGateEngine(wiring.Component):
         p_in, p_out = self.i.payload, self.o.payload
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
 
+        # GATED: |S| >= g with g = max(GATE, 1), since a zero sum reads 00 at any gate. With
+        # x = S's low bits, inverted when S < 0, |S| = x + sign; so |S| >= g is the carry out
+        # of x + ~(g - 1) + sign, one carry function per lane against a threshold computed
+        # once. g is clamped to 2**C + 1 (beyond any |S|) so that g - 1 fits C + 1 bits.
+        cw = self.counter_bits
+        gate = p_in.gate
+        gate_less_one = Signal(cw + 1)
+        m.d.comb += gate_less_one.eq(Mux(gate == 0, 0, Mux(gate > (1 << cw) + 1, 1 << cw, gate - 1)))
+        below_gate = Signal(cw + 1)
+        m.d.comb += below_gate.eq(~gate_less_one)
+
         up = Signal(self.lanes)        # the lane adds +1
         down = Signal(self.lanes)      # the lane adds -1
         invalid = Signal(self.lanes)
         saturated = Signal(self.lanes)
         negative = Signal(self.lanes)  # GATED reads -1
         positive = Signal(self.lanes)  # GATED reads +1
-        gate = Cat(p_in.gate, C(0, 1)).as_signed()  # compared with signed sums
         for lane in range(self.lanes):
             code, total = p_in.codes[lane], p_in.sums[lane]
             top, bottom = total == limit, total == -limit
+            sign = total[-1]
+            magnitude = widen(total[:cw] ^ sign.replicate(cw), cw + 1)
+            gated = carry_out(magnitude, below_gate, carry_in=sign)
             m.d.comb += [
                 up[lane].eq(p_in.fold & (code == 0b01)),
                 down[lane].eq(p_in.fold & (code == 0b11)),
                 invalid[lane].eq(p_in.fold & (code == INVALID_CODE)),
                 saturated[lane].eq(up[lane] & top | down[lane] & bottom),
-                negative[lane].eq((total < 0) & (-total >= gate)),
-                positive[lane].eq((total > 0) & (total >= gate)),
+                negative[lane].eq(gated & sign),
+                positive[lane].eq(gated & ~sign),
+                p_out.sums[lane].eq(step(total, up=up[lane] & ~top, down=down[lane] & ~bottom)),
             ]
-            with m.If(up[lane] & ~top):
-                m.d.comb += p_out.sums[lane].eq(total + 1)
-            with m.Elif(down[lane] & ~bottom):
-                m.d.comb += p_out.sums[lane].eq(total - 1)
-            with m.Else():
-                m.d.comb += p_out.sums[lane].eq(total)
         m.d.comb += [p_out.saturated.eq(saturated.any()), p_out.invalid.eq(invalid.any())]
 
+        codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.lanes))
+        width = readout_lane_bits(Readout.SUMS, self.counter_bits)
         with m.Switch(p_in.readout):
             with m.Case(Readout.GATED):
-                m.d.comb += p_out.readout.eq(Cat(ternary_code(negative[lane], positive[lane])
-                                                 for lane in range(self.lanes)))
+                with m.If(p_in.line == 0):
+                    m.d.comb += p_out.readout.eq(codes)
             with m.Case(Readout.SUMS):
-                width = readout_lane_bits(Readout.SUMS, self.counter_bits)
-                m.d.comb += p_out.readout.eq(pad_lanes(p_in.sums, width))
+                select_line(m, p_out.readout, pad_lanes(p_in.sums, width), p_in.line)
         return m

@@ -67,10 +67,16 @@ def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, se
 
 
 def plant_inverted_tie_rule(source, target):
-    """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``)."""
+    """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
+
+    The engine tests ``n > N // 2`` against the inverted threshold ``below_negative``; the
+    planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the inverted ``ceil(N / 2)``),
+    which differs for an even N only: a tie then reads negative.
+    """
     text = source.read_text(encoding="utf-8")
-    planted, count = re.subn(r"(assign \S*negative\[\d+\] = \{ [^}]+\} )> ", r"\1>= ", text)
-    assert count == PRESETS["small"].line_bits, f"expected one comparator per lane, found {count}"
+    planted, count = re.subn(r"assign (\S*)below_negative = [^;]+;",
+                             r"assign \1below_negative = ~((~\1below_positive) - 1'b1);", text)
+    assert count == 1, f"expected one majority threshold, found {count}"
     target.write_text(planted, encoding="utf-8")
 
 

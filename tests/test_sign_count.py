@@ -31,15 +31,17 @@ def check_against_golden(engine, lines):
         for k in range(workers):
             inputs.append(dict(counts=L.lanes_to_int(prefix[k][j], lane_bits=cb),
                                votes=L.line_to_int(lines[k, j]), fold=1,
-                               num_workers=workers, readout=0))
+                               num_workers=workers, readout=0, line=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=cb)))
         for readout in READOUTS_BY_ROUTE[Route.GBINARY]:
-            inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
-                               votes=L.line_to_int(lines[0, j]), fold=0,
-                               num_workers=workers, readout=readout))
             golden = gbinary.readout(prefix[-1][j:j + 1], readout=readout, num_workers=workers,
-                                     counter_bits=cb)
-            expected.append((readout.name, j, None, L.line_to_int(golden.ravel())))
+                                     counter_bits=cb).reshape(-1, engine.line_bits // 8)
+            for line in range(engine.readout_lines):  # past the readout's last: 0
+                inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
+                                   votes=L.line_to_int(lines[0, j]), fold=0,
+                                   num_workers=workers, readout=readout, line=line))
+                want = L.line_to_int(golden[line]) if line < len(golden) else 0
+                expected.append((f"{readout.name} line {line}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
     line_saturated = np.zeros(n_lines, bool)
     for (what, j, k, want), got in zip(expected, outputs):
@@ -88,9 +90,9 @@ def test_saturation_is_reported_only_when_a_counter_would_overflow():
     full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
     one_vote = L.line_to_int(L.pack_lanes(np.eye(1, 128, 7, dtype=np.uint8), lane_bits=1)[0])
     out = evaluate_stage(engine, [
-        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0),
-        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0),
-        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0),
+        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0, line=0),
+        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0, line=0),
+        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0, line=0),
     ])
     assert [o["saturated"] for o in out] == [1, 0, 0]
     assert all(o["counts"] == full for o in out)

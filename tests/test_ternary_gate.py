@@ -32,17 +32,20 @@ def check_against_golden(engine, lines, gates):
     for j in range(n_lines):
         for k in range(workers):
             inputs.append(dict(sums=L.lanes_to_int(prefix[k][j], lane_bits=width),
-                               codes=L.line_to_int(lines[k, j]), fold=1, gate=0, readout=3))
+                               codes=L.line_to_int(lines[k, j]), fold=1, gate=0, readout=3,
+                               line=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=width)))
         for readout in READOUTS_BY_ROUTE[Route.GTERNARY]:
             for gate in gates:
-                inputs.append(dict(sums=L.lanes_to_int(prefix[-1][j], lane_bits=width),
-                                   codes=L.line_to_int(lines[0, j]), fold=0, gate=gate,
-                                   readout=readout))
                 golden = gternary.readout(prefix[-1][j:j + 1], readout=readout, gate=gate,
                                           counter_bits=engine.counter_bits)
-                expected.append((f"{readout.name} gate {gate}", j, None,
-                                 L.line_to_int(golden.ravel())))
+                golden = golden.reshape(-1, engine.line_bits // 8)
+                for line in range(engine.readout_lines):  # past the readout's last: 0
+                    inputs.append(dict(sums=L.lanes_to_int(prefix[-1][j], lane_bits=width),
+                                       codes=L.line_to_int(lines[0, j]), fold=0, gate=gate,
+                                       readout=readout, line=line))
+                    want = L.line_to_int(golden[line]) if line < len(golden) else 0
+                    expected.append((f"{readout.name} gate {gate} line {line}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
     line_saturated = np.zeros(n_lines, bool)
     for (what, j, k, want), got in zip(expected, outputs):

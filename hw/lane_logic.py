@@ -1,0 +1,48 @@
+"""Per-lane arithmetic written as gates, for the lane engines.
+
+A lane's state is a few bits, and there are hundreds of lanes per line. Written with ``+``
+and ``>``, each lane gets its own adder and comparators, which synthesis maps to carry
+chains (on ECP5, a CCU2C per two bits, each counting as two LUT4s). Written as the gates
+below, synthesis packs a lane's step and tests into a handful of LUT4s, and the values the
+lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once per line.
+"""
+
+from amaranth.hdl import C, Cat, Value
+
+__all__ = ["step", "carry_out", "widen"]
+
+
+def step(value, *, up, down):
+    """``value + 1`` where ``up``, ``value - 1`` where ``down`` (never both), in ``len(value)`` bits.
+
+    Bit ``k`` toggles when every lower bit is 1 (counting up) or 0 (counting down). Wraps
+    like an adder of the same width; the engines keep ``up`` and ``down`` low at their limits.
+    """
+    value = Value.cast(value)
+    ones, zeros = Value.cast(up), Value.cast(down)
+    bits = []
+    for k in range(len(value)):
+        bits.append(value[k] ^ (ones | zeros))
+        ones = ones & value[k]
+        zeros = zeros & ~value[k]
+    return Cat(bits)
+
+
+def carry_out(a, b, *, carry_in=0):
+    """The carry out of ``a + b + carry_in`` (``a`` and ``b`` of equal width), as gates.
+
+    With ``b = ~t``: ``a > t`` for ``carry_in = 0``, ``a >= t`` for ``carry_in = 1``.
+    """
+    a, b = Value.cast(a), Value.cast(b)
+    if len(a) != len(b):
+        raise ValueError(f"carry_out operands must have equal widths, not {len(a)} and {len(b)}")
+    carry = Value.cast(carry_in)
+    for k in range(len(a)):
+        carry = (a[k] & b[k]) | (carry & (a[k] | b[k]))
+    return carry
+
+
+def widen(value, width):
+    """``value`` zero-extended to ``width`` bits (the constant bits fold away in synthesis)."""
+    value = Value.cast(value)
+    return Cat(value, C(0, width - len(value))) if width > len(value) else value
