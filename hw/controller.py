@@ -142,7 +142,10 @@ class Controller(wiring.Component):
             to_memory=1)                      # memory traffic
 
         def stage(name):
-            return {key: Signal(shape, name=f"{name}_{key}") for key, shape in stage_shape.items()}
+            # Only ``valid`` is reset: the other fields mean nothing until it is set, and a
+            # reset on each would load the reset net with thousands of flip-flops.
+            return {key: Signal(shape, name=f"{name}_{key}", reset_less=key != "valid")
+                    for key, shape in stage_shape.items()}
 
         s1 = stage("decode")
         s2 = stage("read")
@@ -216,8 +219,8 @@ class Controller(wiring.Component):
             m.d.sync += forward.eq(s3["valid"] & writes_slot & (s3["row"] == s2["row"]))
 
         # ------------------------------------------------------------ 3. fold
-        last_row = Signal(row_bits)      # the row most recently written by *fold*
-        last_bitmap = Signal(MW)
+        last_row = Signal(row_bits, reset_less=True)  # the row most recently written by *fold*
+        last_bitmap = Signal(MW, reset_less=True)      # (read only when ``forward`` is set)
         row_in = Signal(row_bits)
         bitmap_in = Signal(MW)
         m.d.comb += [row_in.eq(Mux(forward, last_row, slots_rd.data)),
@@ -326,9 +329,9 @@ class Controller(wiring.Component):
         r_write = Signal()
         r_quiet = Signal()             # answered with a zero line: writes and refusals
         r_last = Signal()
-        r_status = Signal(2)
-        r_addr = Signal(ADDR_BITS)
-        r_data = Signal(L)             # a readout line, or the written line
+        r_status = Signal(2, reset_less=True)
+        r_addr = Signal(ADDR_BITS, reset_less=True)
+        r_data = Signal(L, reset_less=True)  # a readout line, or the written line
         reads_pending = passthrough.reads_in_flight != 0
 
         m.d.comb += [
