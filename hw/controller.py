@@ -36,7 +36,8 @@ class Controller(wiring.Component):
     1. *decode*: the registered request is matched against the windows;
     2. *read*: the slot's accumulators and contribution bitmap are read from block RAM;
     3. *fold*: status, the lane engines' fold and readout, the write-back of the slot; a
-       readout of ``k`` lines stays here ``k`` cycles and hands over one line per cycle;
+       readout of ``k`` lines stays here ``k`` cycles and hands over one line per cycle
+       (line 0 from the engines, the rest from a buffer loaded on the first beat);
     4. *respond*: one response beat, or the memory request.
 
     **Throughput**: one line per clock on the low-bit path, also for back-to-back writes to
@@ -264,7 +265,6 @@ class Controller(wiring.Component):
             sign_count.i.payload.fold.eq(s3["fold_gbinary"]),
             sign_count.i.payload.num_workers.eq(num_workers),
             sign_count.i.payload.readout.eq(s3["readout"]),
-            sign_count.i.payload.line.eq(beat),
             sign_count.o.ready.eq(1),
             ternary_gate.i.valid.eq(s3["valid"]),
             ternary_gate.i.payload.sums.eq(row_in[:L // 2 * (CW + 1)]),
@@ -272,7 +272,6 @@ class Controller(wiring.Component):
             ternary_gate.i.payload.fold.eq(s3["fold_gternary"]),
             ternary_gate.i.payload.gate.eq(reg("GATE", "GATE")),
             ternary_gate.i.payload.readout.eq(s3["readout"]),
-            ternary_gate.i.payload.line.eq(beat),
             ternary_gate.o.ready.eq(1),
         ]
         # The engines fold every write to a window; a refused one is simply not written back.
@@ -306,12 +305,9 @@ class Controller(wiring.Component):
         with m.If(move):
             m.d.sync += [last_row.eq(row_out), last_bitmap.eq(bitmap_out)]
 
-        # The readout line of this beat, and the readout's length. The pipeline behind *fold*
-        # moves on the readout's last beat, decided from registered fields only (``reads``,
-        # ``readout``), never from the status: a refused read also stays its readout's
-        # length, and its later beats are bubbles.
-        readout_data = Mux(is_gbinary, sign_count.o.payload.readout,
-                           ternary_gate.o.payload.readout)
+        # The readout's length. The pipeline behind *fold* moves on the readout's last beat,
+        # decided from registered fields only (``reads``, ``readout``), never from the status:
+        # a refused read also stays its readout's length, and its later beats are bubbles.
         lines = C(1, 3)
         for r in Readout:
             lines = Mux(s3["readout"] == r, readout_lines(r, line_bits=L, counter_bits=CW), lines)
@@ -362,6 +358,19 @@ class Controller(wiring.Component):
         retire = r_valid & (~r_send | sent) & (~r_answer | answered)
         take = ~r_valid | retire   # *respond* takes the next beat
         m.d.comb += move.eq(take & (~s3["valid"] | ~s3["reads"] | last_line))
+
+        # The readout line of this beat. Line 0 comes straight from the engines on the
+        # readout's first beat, which also loads lines 1 onwards into ``pending_lines``; each
+        # later beat shifts them down by a line. Every bit of ``pending_lines`` takes one fixed
+        # lane's readout bits or the same bit one line up, and no line-wide multiplexer
+        # gathers a line from anywhere in the row (which would not route at 512 bits).
+        readout_all = Mux(is_gbinary, sign_count.o.payload.readout,
+                          ternary_gate.o.payload.readout)
+        pending_lines = Signal(max(1, most_lines - 1) * L, reset_less=True)
+        first_beat = beat == 0
+        readout_data = Mux(first_beat, readout_all[:L], pending_lines[:L])
+        with m.If(take):
+            m.d.sync += pending_lines.eq(Mux(first_beat, readout_all[L:], pending_lines[L:]))
 
         with m.If(take):
             with m.If(s3["valid"] & s3["reads"]):

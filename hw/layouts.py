@@ -17,7 +17,7 @@ from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE
 __all__ = [
     "vote_layout", "code_layout", "count_layout", "sum_layout",
     "readout_lines", "max_readout_lines", "readout_lane_layout",
-    "check_hw_max_workers", "pad_lanes", "select_line", "ternary_code", "OP_BITS", "STATUS_BITS",
+    "check_hw_max_workers", "pad_lanes", "ternary_code", "OP_BITS", "STATUS_BITS",
     "request_layout", "response_layout", "mem_request_layout",
     "CSRBusSignature",
 ]
@@ -138,16 +138,6 @@ def pad_lanes(lanes, lane_bits):
         fill = value[-1] if value.shape().signed else C(0, 1)
         out.append(Cat(value, fill.replicate(lane_bits - len(value))))
     return Cat(out)
-
-
-def select_line(m, target, lines, line):
-    """Drive ``target`` (one line wide) with line ``line`` of ``lines`` (concatenated, line 0
-    in the low bits), in module ``m``; a line past the last leaves ``target`` at 0."""
-    width = len(target)
-    with m.Switch(line):
-        for k in range((len(lines) + width - 1) // width):
-            with m.Case(k):
-                m.d.comb += target.eq(lines[k * width:(k + 1) * width])
 
 
 def ternary_code(negative, positive):

@@ -8,7 +8,7 @@ from ..golden.formats import Readout, Route, check_counter_bits, count_limit, re
 from ..golden.lines import check_line_bits
 from .lane_logic import carry_out, step, widen
 from .layouts import (check_hw_max_workers, count_layout, max_readout_lines, pad_lanes,
-                      select_line, ternary_code, vote_layout)
+                      ternary_code, vote_layout)
 
 __all__ = ["SignCountEngine"]
 
@@ -17,8 +17,8 @@ class SignCountEngine(wiring.Component):
     """Folds one line of sign votes into a slot's saturating counters and reads a slot out.
 
     One G-Binary lane per line bit. Per lane, ``counts + vote`` saturates at
-    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is line ``line`` of the
-    incoming counts' readout (a read never folds), with ``N`` = ``num_workers``:
+    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is the whole readout of
+    the incoming counts (a read never folds), with ``N`` = ``num_workers``:
 
     - ``SIGN``: bit 1 where ``2n > N`` (majority negative; a tie reads 0);
     - ``TERNARY``: code ``11`` where ``2n > N``, ``01`` where ``2n < N``, ``00`` on a tie;
@@ -41,11 +41,11 @@ class SignCountEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``counts`` (the slot), ``votes`` (the written line), ``fold`` (1: add the votes,
-        0: pass the counts through), ``num_workers``, ``readout`` (a ``Readout`` value) and
-        ``line`` (which line of that readout).
+        0: pass the counts through), ``num_workers`` and ``readout`` (a ``Readout`` value).
     o : ``Out(stream.Signature(...))``
-        ``counts`` (the slot after the fold), ``saturated`` and ``readout`` (line ``line``
-        of the readout; a line past the readout's last reads 0).
+        ``counts`` (the slot after the fold), ``saturated`` and ``readout``: every line of
+        the readout, line 0 in the low bits, ``readout_lines`` lines wide; lines past the
+        readout's last read 0. Handing the lines over one per beat is the controller's job.
 
     Raises
     ------
@@ -67,12 +67,11 @@ class SignCountEngine(wiring.Component):
                 "fold": unsigned(1),
                 "num_workers": unsigned(self.max_workers.bit_length()),
                 "readout": unsigned(3),
-                "line": range(self.readout_lines),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "counts": counts,
                 "saturated": unsigned(1),
-                "readout": unsigned(self.line_bits),
+                "readout": unsigned(self.readout_lines * self.line_bits),
             }))),
         })
 
@@ -108,11 +107,10 @@ class SignCountEngine(wiring.Component):
         width = readout_lane_bits(Readout.COUNTS, self.counter_bits)
         with m.Switch(p_in.readout):
             with m.Case(Readout.SIGN):
-                with m.If(p_in.line == 0):
-                    m.d.comb += p_out.readout.eq(negative)
+                m.d.comb += p_out.readout.eq(negative)
             with m.Case(Readout.TERNARY):
-                select_line(m, p_out.readout, codes, p_in.line)
+                m.d.comb += p_out.readout.eq(codes)
             with m.Case(Readout.COUNTS):
-                select_line(m, p_out.readout, pad_lanes(p_in.counts, width), p_in.line)
+                m.d.comb += p_out.readout.eq(pad_lanes(p_in.counts, width))
         return m
 

@@ -8,7 +8,7 @@ from ..golden.formats import Readout, Route, check_counter_bits, readout_lane_bi
 from ..golden.lines import check_line_bits
 from .lane_logic import carry_out, step, widen
 from .layouts import (check_hw_max_workers, code_layout, max_readout_lines, pad_lanes,
-                      select_line, sum_layout, ternary_code)
+                      sum_layout, ternary_code)
 
 __all__ = ["TernaryGateEngine"]
 
@@ -22,8 +22,8 @@ class TernaryGateEngine(wiring.Component):
     ``line_bits // 2`` lanes of 2-bit codes (``00`` 0, ``01`` +1, ``11`` -1, ``10``
     invalid). Per lane, ``S + code`` saturates in ``[-limit, +limit]`` with
     ``limit = min(max_workers, 2**counter_bits - 1)`` (``saturated`` reports it). An
-    invalid code adds 0 and raises ``invalid``. The readout is computed from the incoming
-    sums (a read never folds):
+    invalid code adds 0 and raises ``invalid``. The readout is the whole readout of the
+    incoming sums (a read never folds):
 
     - ``GATED``: the code of ``sign(S)`` where ``|S| >= gate``, else ``00``;
     - ``SUMS``: the sums sign-extended to 4, 8 or 16 bits.
@@ -45,12 +45,11 @@ class TernaryGateEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``sums`` (the slot), ``codes`` (the written line), ``fold`` (1: add the codes,
-        0: pass the sums through), ``gate`` (the GATE register), ``readout`` and ``line``
-        (which line of that readout).
+        0: pass the sums through), ``gate`` (the GATE register) and ``readout``.
     o : ``Out(stream.Signature(...))``
         ``sums`` (the slot after the fold), ``saturated``, ``invalid`` (a folded line held
-        an invalid code) and ``readout`` (line ``line`` of the readout; a line past the
-        readout's last reads 0).
+        an invalid code) and ``readout``: every line of the readout, line 0 in the low
+        bits, ``readout_lines`` lines wide; lines past the readout's last read 0.
 
     Raises
     ------
@@ -73,13 +72,12 @@ class TernaryGateEngine(wiring.Component):
                 "fold": unsigned(1),
                 "gate": unsigned(8),
                 "readout": unsigned(3),
-                "line": range(self.readout_lines),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "sums": sums,
                 "saturated": unsigned(1),
                 "invalid": unsigned(1),
-                "readout": unsigned(self.line_bits),
+                "readout": unsigned(self.readout_lines * self.line_bits),
             }))),
         })
 
@@ -127,8 +125,7 @@ class TernaryGateEngine(wiring.Component):
         width = readout_lane_bits(Readout.SUMS, self.counter_bits)
         with m.Switch(p_in.readout):
             with m.Case(Readout.GATED):
-                with m.If(p_in.line == 0):
-                    m.d.comb += p_out.readout.eq(codes)
+                m.d.comb += p_out.readout.eq(codes)
             with m.Case(Readout.SUMS):
-                select_line(m, p_out.readout, pad_lanes(p_in.sums, width), p_in.line)
+                m.d.comb += p_out.readout.eq(pad_lanes(p_in.sums, width))
         return m

@@ -9,7 +9,7 @@ Verilog), ``NFABRIC_SEEDS`` (comma-separated; each seed is in the test's name),
 ``NFABRIC_STATS``.
 
 The engines are combinational: each vector is applied, settles after 1 ns and is compared
-in full (accumulators, flags, the asked readout line). The passthrough and the CSR block are
+in full (accumulators, flags, every line of the readout). The passthrough and the CSR block are
 clocked; their inputs change on the falling edge and outputs are sampled in the read-only
 phase after it.
 """
@@ -25,8 +25,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly, Timer
 
 from ..golden import gbinary, gternary
 from ..golden import lines as gl
-from ..golden.formats import (READOUTS_BY_ROUTE, Route, count_limit, readout_lines_per_slot,
-                              sum_limit)
+from ..golden.formats import READOUTS_BY_ROUTE, Route, count_limit, sum_limit
 from ..golden.regmap import Access, register_map
 from .cocotb_bench import CLOCK_NS, CsrBus, Manifest, Stats, Stream, Wire, record_stats
 
@@ -63,17 +62,10 @@ async def _apply(i, o, word):
     return out
 
 
-def _readout_line(route, p, rng):
-    """A random line index for an engine's ``line`` input: any line the route's longest
-    readout has, so shorter readouts also get asked for lines past their last."""
-    most = max(readout_lines_per_slot(r, line_bits=p.line_bits, counter_bits=p.counter_bits)
-               for r in READOUTS_BY_ROUTE[route])
-    return int(rng.integers(0, most))
-
-
-def _line_of(lines, line):
-    """Line ``line`` of golden readout ``lines`` as an integer; 0 past the last."""
-    return gl.line_to_int(lines[line]) if line < len(lines) else 0
+def _whole_readout(lines):
+    """Golden readout ``lines`` (one row per line) as one integer, line 0 lowest: what an
+    engine's ``readout`` output carries."""
+    return gl.line_to_int(np.asarray(lines).reshape(-1))
 
 
 def _finish(name, stats, started):
@@ -90,7 +82,7 @@ def _lanes(word, field, layout, lane_bits, lanes, signed=False):
 @cocotb.parametrize(seed=SEEDS)
 async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
     """Random counts (full and tie values favoured), votes, fold, NUM_WORKERS and readout:
-    the folded counters, the saturation flag and a readout line (any index) match the model."""
+    the folded counters, the saturation flag and the whole readout match the model."""
     manifest = _manifest()
     p = manifest.params
     i, o = _engine(dut, manifest, "sign_count")
@@ -108,10 +100,9 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         votes = rng.integers(0, 2, L)
         fold = int(rng.random() < 0.7)
         readout = READOUTS_BY_ROUTE[Route.GBINARY][n % 3]
-        line = _readout_line(Route.GBINARY, p, rng)
         word = i.layout.pack(counts=gl.lanes_to_int(counts, lane_bits=CW),
                              votes=gl.lanes_to_int(votes, lane_bits=1), fold=fold,
-                             num_workers=num_workers, readout=int(readout), line=line)
+                             num_workers=num_workers, readout=int(readout))
         out = await _apply(i, o, word)
         want_counts = np.minimum(counts + fold * votes, limit)
         got_counts = _lanes(out, "counts", o.layout, CW, L)
@@ -121,9 +112,9 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         assert o.layout.get(out, "saturated") == want_sat, f"vector {n}: saturated flag"
         lines = gbinary.readout(counts[None].astype(np.uint8), readout=readout,
                                 num_workers=num_workers, counter_bits=CW)
-        want = _line_of(lines, line)
+        want = _whole_readout(lines)
         got = o.layout.get(out, "readout")
-        assert got == want, f"vector {n}: {readout.name} readout line {line} with " \
+        assert got == want, f"vector {n}: {readout.name} readout with " \
                             f"N={num_workers} differs (bits {bin(got ^ want).count('1')} wrong)"
         stats.lines += 2
         stats.requests += 1
@@ -134,7 +125,7 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
 @cocotb.parametrize(seed=SEEDS)
 async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
     """Random sums (limits favoured), codes with invalid ``10`` among them, fold, GATE and
-    readout: sums, both flags and a readout line (any index) match the model."""
+    readout: sums, both flags and the whole readout match the model."""
     manifest = _manifest()
     p = manifest.params
     i, o = _engine(dut, manifest, "ternary_gate")
@@ -152,10 +143,9 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
         fold = int(rng.random() < 0.7)
         gate = int(rng.choice([0, 1, int(rng.integers(0, limit + 2)), 255]))
         readout = READOUTS_BY_ROUTE[Route.GTERNARY][n % 2]
-        line = _readout_line(Route.GTERNARY, p, rng)
         word = i.layout.pack(sums=gl.lanes_to_int(sums, lane_bits=CW + 1),
                              codes=gl.lanes_to_int(codes, lane_bits=2), fold=fold, gate=gate,
-                             readout=int(readout), line=line)
+                             readout=int(readout))
         out = await _apply(i, o, word)
         total = sums + fold * value_of[codes]
         want_sums = np.clip(total, -limit, limit)
@@ -168,8 +158,8 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
             f"vector {n}: invalid flag"
         lines = gternary.readout(sums[None].astype(np.int8), readout=readout, gate=gate,
                                  counter_bits=CW)
-        assert o.layout.get(out, "readout") == _line_of(lines, line), \
-            f"vector {n}: {readout.name} readout line {line} with GATE={gate} differs"
+        assert o.layout.get(out, "readout") == _whole_readout(lines), \
+            f"vector {n}: {readout.name} readout with GATE={gate} differs"
         stats.lines += 2
         stats.requests += 1
     _finish(f"ternary_gate_folds_and_reads_out_like_the_model/seed={seed}", stats, started)

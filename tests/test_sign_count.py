@@ -15,7 +15,7 @@ def check_against_golden(engine, lines):
 
     ``lines`` is ``(workers, n_lines, line_bytes)``. Step ``k`` starts from the golden counts
     of workers ``0..k-1`` and must give those of ``0..k``; the readouts of the full counts
-    (every readout, N = workers) must equal the golden readout lines.
+    (every readout, N = workers) must equal the golden readout, all its lines at once.
     """
     workers, n_lines, _ = lines.shape
     cb = engine.counter_bits
@@ -31,17 +31,16 @@ def check_against_golden(engine, lines):
         for k in range(workers):
             inputs.append(dict(counts=L.lanes_to_int(prefix[k][j], lane_bits=cb),
                                votes=L.line_to_int(lines[k, j]), fold=1,
-                               num_workers=workers, readout=0, line=0))
+                               num_workers=workers, readout=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=cb)))
         for readout in READOUTS_BY_ROUTE[Route.GBINARY]:
             golden = gbinary.readout(prefix[-1][j:j + 1], readout=readout, num_workers=workers,
-                                     counter_bits=cb).reshape(-1, engine.line_bits // 8)
-            for line in range(engine.readout_lines):  # past the readout's last: 0
-                inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
-                                   votes=L.line_to_int(lines[0, j]), fold=0,
-                                   num_workers=workers, readout=readout, line=line))
-                want = L.line_to_int(golden[line]) if line < len(golden) else 0
-                expected.append((f"{readout.name} line {line}", j, None, want))
+                                     counter_bits=cb)
+            inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
+                               votes=L.line_to_int(lines[0, j]), fold=0,
+                               num_workers=workers, readout=readout))
+            # Every line of the readout, line 0 lowest; lines past its last read 0.
+            expected.append((readout.name, j, None, L.line_to_int(golden.reshape(-1))))
     outputs = evaluate_stage(engine, inputs)
     line_saturated = np.zeros(n_lines, bool)
     for (what, j, k, want), got in zip(expected, outputs):
@@ -90,9 +89,9 @@ def test_saturation_is_reported_only_when_a_counter_would_overflow():
     full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
     one_vote = L.line_to_int(L.pack_lanes(np.eye(1, 128, 7, dtype=np.uint8), lane_bits=1)[0])
     out = evaluate_stage(engine, [
-        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0, line=0),
-        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0, line=0),
-        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0, line=0),
+        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0),
+        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0),
+        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0),
     ])
     assert [o["saturated"] for o in out] == [1, 0, 0]
     assert all(o["counts"] == full for o in out)
