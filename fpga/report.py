@@ -98,14 +98,18 @@ def _critical_paths(records):
             if entry.get("critical_path"):
                 lines.append(f"- {role}, {_grade_label(entry)} (seed "
                              f"{entry['critical_path_seed']}): {_path_text(entry['critical_path'])}")
-    return "\n".join(lines)
+    return "\n".join(lines) or "- none: no run has been placed and routed"
 
 
 def _targets(top, targets):
     rows = []
     for key, entry in top.get("grades", {}).items():
         goal = targets.get("fmax_mhz", {}).get(key)
-        if goal is None or "fmax_median_mhz" not in entry:
+        if goal is None:
+            continue
+        if "fmax_median_mhz" not in entry:
+            rows.append([f"Fmax {_grade_label(entry)}", f"≥ {goal:g} MHz",
+                         entry.get("error", "not run"), "not measured"])
             continue
         got = entry["fmax_median_mhz"]
         rows.append([f"Fmax {_grade_label(entry)}", f"≥ {goal:g} MHz", f"{got:.1f} MHz",

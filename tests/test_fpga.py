@@ -292,6 +292,21 @@ def test_markdown_report_holds_every_part(tmp_path):
     assert {p.name for p in paths} == {"report.json", "report.md", "sweep.png"}
 
 
+def test_a_top_not_yet_routed_reports_its_fmax_target_as_not_measured(tmp_path):
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 900, "TRELLIS_FF": 64}}})
+    top = {"module": "nfabric_x", "area": utilization(cells, None, GRADES["s6"]),
+           "grades": {"s6": {"grade": "LFE5U-85F", "speed": 6, "error": "not placed yet",
+                             "seeds": [{"seed": 1, "not_run": True}]}}}
+    report = {"default": {"name": "x", "params": PRESETS["small"].as_dict(), "seeds": [1],
+                          "tools": "t", "targets": {"fmax_mhz": {"s6": 175.0}, "lut4": 10_000},
+                          "top": top}}
+    fpga_report.render(tmp_path, report)
+    text = (tmp_path / "report.md").read_text()
+    assert "| Fmax LFE5U-85F-6 | ≥ 175 MHz | not placed yet | not measured |" in text
+    assert "- none: no run has been placed and routed" in text
+    assert "| logic | ≤ 10,000 LUT4 | 900 LUT4 | met |" in text
+
+
 def test_command_line_refuses_an_unknown_grade():
     result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
                              "s7"], capture_output=True, text=True)
