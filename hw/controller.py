@@ -363,7 +363,8 @@ class Controller(wiring.Component):
         # readout's first beat, which also loads lines 1 onwards into ``pending_lines``; each
         # later beat shifts them down by a line. Every bit of ``pending_lines`` takes one fixed
         # lane's readout bits or the same bit one line up, and no line-wide multiplexer
-        # gathers a line from anywhere in the row (which would not route at 512 bits).
+        # gathers a line from anywhere in the row (that gather kept a 128-bit top with 16
+        # workers from routing).
         readout_all = Mux(is_gbinary, sign_count.o.payload.readout,
                           ternary_gate.o.payload.readout)
         pending_lines = Signal(max(1, most_lines - 1) * L, reset_less=True)
