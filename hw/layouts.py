@@ -11,12 +11,12 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import (READOUTS_BY_ROUTE, Readout, Route, check_max_workers,
-                              readout_lane_bits, readout_lines_per_slot)
+                              readout_lines_per_slot)
 from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE
 
 __all__ = [
     "vote_layout", "code_layout", "count_layout", "sum_layout",
-    "readout_lines", "max_readout_lines", "readout_lane_layout",
+    "readout_lines", "max_readout_lines",
     "check_hw_max_workers", "pad_lanes", "ternary_code", "OP_BITS", "STATUS_BITS",
     "request_layout", "response_layout", "mem_request_layout",
     "CSRBusSignature",
@@ -54,17 +54,9 @@ def readout_lines(readout, *, line_bits, counter_bits):
 
 
 def max_readout_lines(route, *, line_bits, counter_bits):
-    """The longest readout of ``route``, in lines: the size of a response buffer."""
+    """The longest readout of ``route``, in lines: how many lines an engine's readout spans."""
     return max(readout_lines(r, line_bits=line_bits, counter_bits=counter_bits)
                for r in READOUTS_BY_ROUTE[Route(route)])
-
-
-def readout_lane_layout(readout, *, line_bits, counter_bits):
-    """A readout as lanes over its concatenated lines (line ``k`` holds the ``k``-th run of lanes)."""
-    readout = Readout(readout)
-    width = readout_lane_bits(readout, counter_bits)
-    lanes = line_bits if readout in READOUTS_BY_ROUTE[Route.GBINARY] else line_bits // 2
-    return data.ArrayLayout(unsigned(width), lanes)
 
 
 def request_layout(*, line_bits, worker_bits):
