@@ -102,7 +102,21 @@ class Controller(wiring.Component):
         p = self.params
         L, MW, CW = p.line_bits, p.max_workers, p.counter_bits
         rows = p.num_windows * p.depth
-        row_bits = L * CW  # G-Binary counts; G-Ternary sums (L/2 lanes of C+1 bits) fit too
+        # A slot row holds a G-Binary counter per line bit, lane i at [i*CW, (i+1)*CW). The
+        # G-Ternary sum of the lane whose code is line bits 2t, 2t+1 sits where G-Binary
+        # lanes 2t and 2t+1 do, at [2t*CW, 2t*CW + CW + 1): whichever the route, a line
+        # bit's data, its lane's state and its write-back share one part of the row, and so
+        # one part of the die.
+        row_bits = L * CW
+        sum_bits = CW + 1
+
+        def sums_in_row(row):
+            return Cat(row[2 * CW * t:2 * CW * t + sum_bits] for t in range(L // 2))
+
+        def row_of_sums(sums):
+            return Cat(Cat(sums[t * sum_bits:(t + 1) * sum_bits], C(0, 2 * CW - sum_bits))
+                       for t in range(L // 2))
+
         most_lines = max(max_readout_lines(route, line_bits=L, counter_bits=CW) for route in Route)
 
         m.submodules.csr_block = csr_block = CSRBlock(regmap=self.regmap)
@@ -267,7 +281,7 @@ class Controller(wiring.Component):
             sign_count.i.payload.readout.eq(s3["readout"]),
             sign_count.o.ready.eq(1),
             ternary_gate.i.valid.eq(s3["valid"]),
-            ternary_gate.i.payload.sums.eq(row_in[:L // 2 * (CW + 1)]),
+            ternary_gate.i.payload.sums.eq(sums_in_row(row_in)),
             ternary_gate.i.payload.codes.eq(s3["data"]),
             ternary_gate.i.payload.fold.eq(s3["fold_gternary"]),
             ternary_gate.i.payload.gate.eq(reg("GATE", "GATE")),
@@ -285,7 +299,7 @@ class Controller(wiring.Component):
             m.d.comb += [row_out.eq(0), bitmap_out.eq(0)]
         with m.Else():
             m.d.comb += [row_out.eq(Mux(is_gbinary, sign_count.o.payload.counts.as_value(),
-                                        ternary_gate.o.payload.sums.as_value())),
+                                        row_of_sums(ternary_gate.o.payload.sums.as_value()))),
                          bitmap_out.eq(bitmap_in | worker_bit)]
 
         # Write-back, shared with the clearing sweep (which runs only when the pipeline is empty).
