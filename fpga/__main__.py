@@ -26,7 +26,7 @@ import traceback
 
 from ..golden.params import PRESETS, FabricParams
 from . import report as _report
-from .ecp5 import GRADES, ToolError, measure, port_registers
+from .ecp5 import GRADES, TOP_PLACER, ToolError, measure, port_registers
 
 TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
 ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
@@ -90,11 +90,11 @@ def _factories(params, *, with_top=True):
     return out
 
 
-def _measure_block(factory, module, work, *, grades, seeds, args):
+def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap"):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
                    ports=wrapped.ports, log=_log, timeout=args.timeout, jobs=args.jobs,
-                   cached_only=args.cached_only)
+                   cached_only=args.cached_only, placer=placer)
 
 
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
@@ -207,7 +207,7 @@ def cmd_ecp5(args):
     _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(top_seeds)} "
          f"seed(s), work in {work / 'controller'}")
     top = _measure_block(factory, module, work / "controller", grades=grades, seeds=top_seeds,
-                         args=args)
+                         args=args, placer=TOP_PLACER)
     default["top"] = top
     if "cells" in top:
         note, needed, mapped = _memory_note(params, top)
@@ -292,7 +292,8 @@ def cmd_sweep(args):
         kept = done.get(key, {})
         wanted = grades if point["line_bits"] in placed else []
         if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
-                and not any("error" in e for e in kept.get("grades", {}).values())):
+                and not any("error" in e for e in kept.get("grades", {}).values())
+                and (not wanted or kept.get("placer") == TOP_PLACER)):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
             continue
@@ -308,7 +309,7 @@ def cmd_sweep(args):
                                     f"nfabric_{params.name}", out / "work" / params.name /
                                     "controller", seeds=seeds,
                                     grades=grades if params.line_bits in placed else [],
-                                    args=args)
+                                    args=args, placer=TOP_PLACER)
         except Exception as error:  # keep going: record the failure and move on
             record = {"module": f"nfabric_{params.name}", "error":
                       f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}

@@ -23,7 +23,7 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Ins
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import critical_path, parse_nextpnr_report, tool
+from .ecp5 import ROUTER, TOP_PLACER, critical_path, parse_nextpnr_report, tool
 
 __all__ = ["pll_settings", "BoardTop", "build"]
 
@@ -167,7 +167,8 @@ def build(component, *, out, target_mhz, seed=1, log=print):
     platform.build(BoardTop(component, pll=pll), name=name, build_dir=str(out),
                    do_program=False,
                    script_after_read="proc; opt_clean -purge",
-                   nextpnr_opts=f"--seed {seed} --timing-allow-fail --report {name}_report.json")
+                   nextpnr_opts=f"--seed {seed} --placer {TOP_PLACER} --router {ROUTER} "
+                                f"--timing-allow-fail --report {name}_report.json")
     report = json.loads((out / f"{name}_report.json").read_text(encoding="utf-8"))
     parsed = parse_nextpnr_report(report)
     clocks = {clock: round(v["achieved"], 2) for clock, v in report["fmax"].items()}
@@ -176,7 +177,7 @@ def build(component, *, out, target_mhz, seed=1, log=print):
             for kind, (used, available) in parsed["utilization"].items() if used}
     record = {
         "board": "ULX3S-85F", "device": platform.device, "package": platform.package,
-        "speed": int(platform.speed), "seed": seed, "pll": pll,
+        "speed": int(platform.speed), "seed": seed, "placer": TOP_PLACER, "pll": pll,
         "clock_mhz": pll["mhz"], "fmax_mhz": clocks[sync], "clocks": clocks,
         "meets_timing": clocks[sync] >= pll["mhz"],
         "critical_path": critical_path(report, sync),

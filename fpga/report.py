@@ -218,6 +218,17 @@ def _seed_text(default):
     return f"{seeds} ({', '.join(str(s) for s in top)} for the controller top)"
 
 
+def _placer_text(default):
+    """Which nextpnr placer placed the top and which the blocks (records before the choice
+    existed were all placed by HeAP)."""
+    top = default["top"].get("placer", "heap")
+    blocks = sorted({b.get("placer", "heap") for b in default.get("blocks", {}).values()})
+    if not blocks or blocks == [top]:
+        return f"nextpnr's `{top}` placer"
+    return (f"nextpnr's `{top}` placer for the controller top, "
+            f"`{'`, `'.join(blocks)}` for the blocks")
+
+
 def markdown(report):
     """The Markdown note for ``report`` (whatever parts it holds)."""
     out = ["# ECP5 implementation report", ""]
@@ -227,7 +238,8 @@ def markdown(report):
         out += [f"Configuration `{d['name']}`: LINE_BITS {p['line_bits']}, MAX_WORKERS "
                 f"{p['max_workers']}, counters {p['counter_bits']} bits, DEPTH {p['depth']}, "
                 f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
-                f"Out of context, every port registered; Fmax is the median over seeds "
+                f"Out of context, every port registered, placed by {_placer_text(d)} and "
+                f"routed by router2; Fmax is the median over seeds "
                 f"{_seed_text(d)}; utilization from the median seed's "
                 f"synthesis. LUT4 counts include the two LUT4s in each carry cell; FF excludes "
                 f"the port registers. Tools: {d['tools']}.", ""]
@@ -250,8 +262,11 @@ def markdown(report):
     if "timing_model" in report:
         out += ["## Timing model", "", _timing_section(report["timing_model"]), ""]
     if report.get("sweep"):
+        placers = sorted({point.get("placer", "heap") for point in report["sweep"]
+                          if point.get("grades")})
+        placed_by = f", placed by nextpnr's `{'`, `'.join(placers)}` placer" if placers else ""
         out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}; "
-                "the controller top, every port registered.", "",
+                f"the controller top, every port registered{placed_by}.", "",
                 _sweep_section(report["sweep"]), ""]
         if report.get("sweep_plot"):
             out += [f"![area and Fmax]({pathlib.Path(report['sweep_plot']).name})", ""]

@@ -1,6 +1,7 @@
 """The ECP5 flow's parsers, the gate-equivalent count, the timing model and the report."""
 
 import json
+import pathlib
 import subprocess
 import sys
 import threading
@@ -190,6 +191,37 @@ def test_cached_only_reports_finished_runs_and_starts_none(monkeypatch, tmp_path
     assert fpga_report._fmax_text(s8) == "not run"
 
 
+def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
+    monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
+    started = []
+
+    def fake_run(argv, *, cwd, log_name, timeout=None):
+        started.append(argv)
+        report = argv[argv.index("--report") + 1]
+        (pathlib.Path(cwd) / report).write_text(json.dumps(NEXTPNR_REPORT), encoding="utf-8")
+        return 1.0
+
+    monkeypatch.setattr(ecp5, "_run", fake_run)
+    netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
+    (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
+    # A HeAP run already in the work folder is not taken for a static one.
+    (tmp_path / "pnr_LFE5U-85F_s6_seed1.json").write_text(json.dumps(NEXTPNR_REPORT),
+                                                         encoding="utf-8")
+    record = measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1],
+                     log=lambda m: None, placer="static")
+    assert len(started) == 1
+    argv = started[0]
+    assert argv[argv.index("--placer") + 1] == "static"
+    assert argv[argv.index("--report") + 1] == "pnr_LFE5U-85F_s6_seed1_static.json"
+    assert record["placer"] == "static"
+    assert record["grades"]["s6"]["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 1.0}]
+    with pytest.raises(ValueError, match="placer must be one of heap, static, not 'sa'"):
+        ecp5.place_and_route(work=tmp_path, grade=GRADES["s6"], seed=1, placer="sa")
+
+
 @pytest.mark.slow
 def test_out_of_context_place_and_route_of_a_tiny_block(tmp_path):
     wrapped = port_registers(Counter())
@@ -256,12 +288,13 @@ def test_markdown_report_holds_every_part(tmp_path):
              "seeds": [{"seed": 1, "fmax_mhz": 187.5}], "fmax_median_mhz": 187.5,
              "critical_path": run["critical_path"], "critical_path_seed": 1,
              "utilization": utilization(cells, run, GRADES["s6"])}
-    top = {"module": "nfabric_x", "grades": {"s6": entry}, "memory": "Slot memory: ..."}
+    top = {"module": "nfabric_x", "grades": {"s6": entry}, "memory": "Slot memory: ...",
+           "placer": "static"}
     report = {
         "default": {"name": "x", "params": PRESETS["small"].as_dict(), "seeds": [1],
                     "tools": "t", "targets": {"fmax_mhz": {"s6": 175.0}, "lut4": 10_000,
                                               "bram_needed": 2},
-                    "top": top, "blocks": {"sign_count": top}, "gates": {
+                    "top": top, "blocks": {"sign_count": dict(top, placer="heap")}, "gates": {
                         "sign_count": gate_equivalents({"design": {"num_cells_by_type": {
                             "$_NAND_": 4}}})}},
         "timing_model": {"latency": {"gbinary_write": 4, "gternary_write": 4, "readout": 4,
@@ -282,6 +315,9 @@ def test_markdown_report_holds_every_part(tmp_path):
     paths = fpga_report.render(tmp_path, report)
     text = (tmp_path / "report.md").read_text()
     assert "**187.5** (187.5)" in text
+    assert ("placed by nextpnr's `static` placer for the controller top, `heap` for the "
+            "blocks") in text
+    assert "the controller top, every port registered, placed by nextpnr's `heap` placer." in text
     assert "1,000 (1.2 %)" in text                # 900 LUT4 + 2 per carry cell
     assert "| logic | ≤ 10,000 LUT4 | 1,000 LUT4 | met |" in text
     assert "papers (5 cycles, claimed)" in text and "≤ 1.67 %" in text
