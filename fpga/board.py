@@ -149,8 +149,9 @@ class BoardTop(Elaboratable):
 def build(component, *, out, target_mhz, seed=1, log=print):
     """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
 
-    Runs Yosys, nextpnr (with ``--seed`` and a JSON report) and ecppack. Returns a record
-    with the clock, Fmax, critical path, utilization (with the I/O) and the bitstream path.
+    Runs Yosys, nextpnr (the tops' placer and router, ``--seed``, a JSON report) and ecppack.
+    Returns a record with the clock, Fmax, critical path, utilization (with the I/O) and the
+    bitstream path.
     """
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
