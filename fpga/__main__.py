@@ -317,6 +317,7 @@ def cmd_sweep(args):
         record["params"] = params.as_dict()
         report["sweep"].append(record)
         _finish(out, report, "sweep")
+    _finish(out, report, "sweep")  # also the points kept after the last one measured
     _log(f"sweep: {len(points)} points in {time.perf_counter() - started:.0f} s; "
          f"see {out / 'report.md'}")
     return 0

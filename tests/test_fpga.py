@@ -343,6 +343,39 @@ def test_a_top_not_yet_routed_reports_its_fmax_target_as_not_measured(tmp_path):
     assert "| logic | ≤ 10,000 LUT4 | 900 LUT4 | met |" in text
 
 
+def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    def area(lut4):
+        cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": lut4,
+                                                                   "TRELLIS_FF": 8}}})
+        return utilization(cells, None, GRADES["s6"])
+
+    def point(line_bits, workers):
+        params = dict(PRESETS["default"].as_dict(), line_bits=line_bits, max_workers=workers,
+                      depth=64)
+        return {"params": params, "module": f"m{line_bits}_{workers}", "grades": {},
+                "area": area(line_bits * workers)}
+
+    # 128/4 is to be measured again; 128/8 comes after it and is kept.
+    kept = point(128, 8)
+    (tmp_path / "report.json").write_text(json.dumps({"sweep": [kept]}), encoding="utf-8")
+    measured = []
+
+    def fake_measure(factory, module, work, **options):
+        measured.append(module)
+        return {"module": module, "grades": {}, "area": area(1)}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    assert cli.main(["sweep", "--synth-only", "--resume", "--line-bits", "128",
+                     "--max-workers", "4,8", "--depths", "64", "--out", str(tmp_path)]) == 0
+    assert len(measured) == 1
+    sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
+    assert [(p["params"]["line_bits"], p["params"]["max_workers"]) for p in sweep] == [
+        (128, 4), (128, 8)]
+    assert sweep[1] == kept
+
+
 def test_command_line_refuses_an_unknown_grade():
     result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
                              "s7"], capture_output=True, text=True)
