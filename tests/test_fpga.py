@@ -376,6 +376,34 @@ def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeyp
     assert sweep[1] == kept
 
 
+def test_a_resumed_sweep_places_again_a_point_placed_by_another_placer(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    entry = {"grade": "LFE5U-85F", "speed": 6, "fmax_median_mhz": 50.0,
+             "seeds": [{"seed": 1, "fmax_mhz": 50.0}]}
+
+    def point(workers, placer):
+        params = dict(PRESETS["default"].as_dict(), line_bits=128, max_workers=workers,
+                      depth=64)
+        return {"params": params, "module": f"m{workers}", "placer": placer,
+                "grades": {"s6": entry}, "area": utilization(cells, None, GRADES["s6"])}
+
+    (tmp_path / "report.json").write_text(json.dumps(
+        {"sweep": [point(4, "heap"), point(8, cli.TOP_PLACER)]}), encoding="utf-8")
+    measured = []
+
+    def fake_measure(factory, module, work, *, placer, **options):
+        measured.append((module, placer))
+        return {"module": module, "placer": placer, "grades": {"s6": entry},
+                "area": utilization(cells, None, GRADES["s6"])}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    assert cli.main(["sweep", "--grades", "s6", "--resume", "--line-bits", "128",
+                     "--max-workers", "4,8", "--depths", "64", "--out", str(tmp_path)]) == 0
+    assert measured == [("nfabric_l128_w4_c3_d64_n2", cli.TOP_PLACER)]
+
+
 def test_command_line_refuses_an_unknown_grade():
     result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
                              "s7"], capture_output=True, text=True)
