@@ -107,9 +107,10 @@ class BoardTop(Elaboratable):
             i_RST=0, i_STDBY=0, i_CLKI=clk25.i, o_CLKOP=pll_clk, i_CLKFB=pll_clk,
             i_PHASESEL0=0, i_PHASESEL1=0, i_PHASEDIR=1, i_PHASESTEP=1, i_PHASELOADREG=1,
             i_PLLWAKESYNC=0, i_ENCLKOP=0, o_LOCK=locked)
+        # nextpnr derives the constraint of the PLL's output from the 25 MHz input's and the
+        # dividers; one placed on ``pll_clk`` would name a net that synthesis merges away.
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(pll_clk)
-        platform.add_clock_constraint(pll_clk, p["mhz"] * 1e6)
         # Reset until the PLL has locked, released synchronously.
         reset_sync = Signal(2, init=0b11)
         m.d.sync += reset_sync.eq(Cat(~locked, reset_sync[0]))
