@@ -26,7 +26,7 @@ import traceback
 
 from ..golden.params import PRESETS, FabricParams
 from . import report as _report
-from .ecp5 import GRADES, TOP_PLACER, ToolError, measure, port_registers
+from .ecp5 import GRADES, TOP_PLACER, TOP_SLOT_BANK_BITS, ToolError, measure, port_registers
 
 TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
 ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
@@ -62,8 +62,9 @@ def _tools():
     return ", ".join(f"{k} {v}" for k, v in versions.items())
 
 
-def _factories(params, *, with_top=True):
-    """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner."""
+def _factories(params, *, with_top=True, slot_bank_bits=None):
+    """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner;
+    the controller top keeps its slot rows in banks of ``slot_bank_bits`` (None: one memory)."""
     from ..gen.verilog import MAX_READS
     from ..hw.combiner import WriteCombiner
     from ..hw.controller import Controller
@@ -86,7 +87,8 @@ def _factories(params, *, with_top=True):
     }
     if with_top:
         out["controller"] = (f"nfabric_{p.name}",
-                             lambda: Controller(params=p, max_reads=MAX_READS))
+                             lambda: Controller(params=p, max_reads=MAX_READS,
+                                                slot_bank_bits=slot_bank_bits))
     return out
 
 
@@ -100,7 +102,7 @@ def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap")
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
 
 
-def _memory_note(params, record):
+def _memory_note(params, record, slot_bank_bits=None):
     """What Yosys did with the slot and bitmap memories, and the block RAM they need."""
     log = pathlib.Path(record["work"]) / "synth.log"
     mapped = {memory: _MAPPED_AS.get(rule, f"by {rule}") for memory, rule in
@@ -112,17 +114,28 @@ def _memory_note(params, record):
     # DP16KD: 512 x 36 as a pseudo-dual-port memory (one read, one write port); deeper
     # memories stack blocks.
     slots = math.ceil(row_bits / 36) * math.ceil(rows / 512)
-    bitmap_shapes = [(16384 // w, w) for w in (1, 2, 4, 9, 18, 36)]
-    bitmap = min(math.ceil(p.max_workers / w) * math.ceil(rows / d) for d, w in bitmap_shapes)
+    shapes = [(16384 // w, w) for w in (1, 2, 4, 9, 18, 36)]
+
+    def blocks(width):  # DP16KD for one memory of ``rows`` x ``width``, in its best shape
+        return min(math.ceil(width / w) * math.ceil(rows / d) for d, w in shapes)
+
+    bitmap = blocks(p.max_workers)
     used = record.get("cells", {}).get("dp16kd")
+    unmapped = "to flip-flops (no memory rule applied)"
     text = (f"Slot memory: {rows} rows x {row_bits} bits ({rows * row_bits:,} bits), mapped "
-            f"{mapped.get('slots', 'to flip-flops (no memory rule applied)')}; the contribution bitmap: {rows} x {p.max_workers} "
-            f"bits, mapped {mapped.get('bitmaps', 'to flip-flops (no memory rule applied)')}. A row is read whole every cycle, so "
-            f"the slot memory needs ceil({row_bits}/36) = {math.ceil(row_bits / 36)} DP16KD in "
-            f"512 x 36 mode per 512 rows ({slots} here) and the bitmap {bitmap}: "
-            f"{slots + bitmap} in all; synthesis used {used}. The blocks are width-bound: "
-            f"{rows} of their 512 rows are used ({100 * min(rows, 512) / 512:.0f} %), so DEPTH "
-            f"up to {512 // p.num_windows} costs no more block RAM.")
+            f"{mapped.get('slots', mapped.get('slots_0', unmapped))}; the contribution "
+            f"bitmap: {rows} x {p.max_workers} bits, mapped {mapped.get('bitmaps', unmapped)}. "
+            f"A row is read whole every cycle, so the slot memory needs at least "
+            f"ceil({row_bits}/36) = {math.ceil(row_bits / 36)} DP16KD in 512 x 36 mode per "
+            f"512 rows ({slots} here) and the bitmap {bitmap}: {slots + bitmap} in all; "
+            f"synthesis used {used}.")
+    if slot_bank_bits:
+        banks = math.ceil(row_bits / slot_bank_bits)
+        text += (f" The rows are split into {banks} banks of {slot_bank_bits} bits, "
+                 f"{banks * blocks(slot_bank_bits)} DP16KD: more block RAM than the least, "
+                 f"so that the row spreads over more of the die and routes.")
+    text += (f" The blocks are width-bound: {rows} of their rows are used, so more DEPTH "
+             f"costs no block RAM until a block is full.")
     return text, slots + bitmap, mapped
 
 
@@ -130,6 +143,17 @@ def _memory_note(params, record):
 _MAPPED_AS = {"$__PDPW16KD_": "to DP16KD block RAM in 512 x 36 mode",
               "$__DP16KD_": "to DP16KD block RAM",
               "$__TRELLIS_DPR16X4_": "to distributed RAM (TRELLIS_DPR16X4)"}
+
+
+def _slot_banks(args):
+    """The tops' slot bank width: ``--slot-bank-bits``, else the flow's; None for one memory."""
+    bits = TOP_SLOT_BANK_BITS if args.slot_bank_bits is None else args.slot_bank_bits
+    return bits or None
+
+
+def _top_folder(name, banks):
+    """A top's work folder: banked tops apart, so runs of one memory are kept."""
+    return name if banks is None else f"{name}_b{banks}"
 
 
 def _board_target(top, board_mhz):
@@ -193,10 +217,11 @@ def cmd_ecp5(args):
     out = args.out
     work = out / "work" / params.name
     report = _report.load(out)
-    factories = _factories(params)
+    banks = _slot_banks(args)
+    factories = _factories(params, slot_bank_bits=banks)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
-               "top_seeds": top_seeds,
+               "top_seeds": top_seeds, "slot_bank_bits": banks,
                "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
                "date": datetime.date.today().isoformat(), "quick": args.quick,
                "blocks": {}, "gates": {}}
@@ -204,13 +229,14 @@ def cmd_ecp5(args):
     report["default"] = default
 
     module, factory = factories["controller"]
+    top_work = work / _top_folder("controller", banks)
     _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(top_seeds)} "
-         f"seed(s), work in {work / 'controller'}")
-    top = _measure_block(factory, module, work / "controller", grades=grades, seeds=top_seeds,
+         f"seed(s), work in {top_work}")
+    top = _measure_block(factory, module, top_work, grades=grades, seeds=top_seeds,
                          args=args, placer=TOP_PLACER)
     default["top"] = top
     if "cells" in top:
-        note, needed, mapped = _memory_note(params, top)
+        note, needed, mapped = _memory_note(params, top, banks)
         top["memory"], top["memory_mapping"] = note, mapped
         default["targets"]["bram_needed"] = needed
     _finish(out, report, "ecp5")
@@ -226,7 +252,8 @@ def cmd_ecp5(args):
 
     if not args.no_gates:
         from .gates import count_gates
-        for role, (module, factory) in factories.items():
+        # Technology independent: the slot rows are one memory (SRAM bits) whatever the banks.
+        for role, (module, factory) in _factories(params).items():
             _log(f"gates: {role} ({module})")
             try:
                 default["gates"][role] = count_gates(factory(), module=module,
@@ -240,7 +267,8 @@ def cmd_ecp5(args):
         _finish(out, report, "gates")
 
     if not args.no_board and not args.quick and args.cached_only:
-        if previous.get("board") and previous.get("name") == params.name:
+        if (previous.get("board") and previous.get("name") == params.name
+                and previous.get("slot_bank_bits") == banks):
             default["board"] = previous["board"]
         else:
             _log("board: not run (--cached-only)")
@@ -249,7 +277,8 @@ def cmd_ecp5(args):
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
         try:
-            default["board"] = build(factory(), out=work / "board", target_mhz=target,
+            default["board"] = build(factory(), out=work / _top_folder("board", banks),
+                                     target_mhz=target,
                                      seed=seeds[0], log=_log)
         except Exception as error:  # a failed build is a result too; keep the rest
             default["board"] = {"error": f"{type(error).__name__}: {error}"}
@@ -281,6 +310,7 @@ def cmd_sweep(args):
     for d in depths[1:]:  # DEPTH matters for block RAM: vary it at the widest point only
         points.append(dict(line_bits=max(line_bits), max_workers=max(workers), depth=d))
     out = args.out
+    banks = _slot_banks(args)
     report = _report.load(out)
     done = {(p["params"]["line_bits"], p["params"]["max_workers"], p["params"]["depth"]): p
             for p in report.get("sweep", []) if args.resume}
@@ -293,7 +323,8 @@ def cmd_sweep(args):
         wanted = grades if point["line_bits"] in placed else []
         if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
                 and not any("error" in e for e in kept.get("grades", {}).values())
-                and (not wanted or kept.get("placer") == TOP_PLACER)):
+                and (not wanted or kept.get("placer") == TOP_PLACER)
+                and kept.get("slot_bank_bits") == banks):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
             continue
@@ -305,9 +336,10 @@ def cmd_sweep(args):
         _log(f"sweep: [{index}/{len(points)}] {params.name}, "
              f"{time.perf_counter() - started:.0f} s so far")
         try:
-            record = _measure_block(lambda: Controller(params=params, max_reads=MAX_READS),
+            record = _measure_block(lambda: Controller(params=params, max_reads=MAX_READS,
+                                                       slot_bank_bits=banks),
                                     f"nfabric_{params.name}", out / "work" / params.name /
-                                    "controller", seeds=seeds,
+                                    _top_folder("controller", banks), seeds=seeds,
                                     grades=grades if params.line_bits in placed else [],
                                     args=args, placer=TOP_PLACER)
         except Exception as error:  # keep going: record the failure and move on
@@ -315,6 +347,7 @@ def cmd_sweep(args):
                       f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
             _log(f"sweep: {params.name}: failed: {error}")
         record["params"] = params.as_dict()
+        record["slot_bank_bits"] = banks
         report["sweep"].append(record)
         _finish(out, report, "sweep")
     _finish(out, report, "sweep")  # also the points kept after the last one measured
@@ -366,6 +399,9 @@ def _parser():
         p.add_argument("--cached-only", action="store_true",
                        help="start no place and route: report the runs already in OUT/work/ "
                             "and mark the others `not run`")
+        p.add_argument("--slot-bank-bits", type=int, default=None,
+                       help=f"block RAM bank width of the controller tops' slot rows; 0 for "
+                            f"one memory (default: {TOP_SLOT_BANK_BITS})")
 
     def params(p):
         for name in ("line_bits", "max_workers", "depth", "num_windows"):

@@ -72,6 +72,12 @@ ROUTER = "router2"
 PLACERS = ("heap", "static")
 TOP_PLACER = "static"
 
+#: The controller tops keep their slot rows in block RAM banks of 18 bits (DP16KD's
+#: 1024 x 18 shape) rather than one memory in 512 x 36 blocks: twice the block RAMs, so the
+#: row and the lane logic beside it spread over twice the sites. The 512-bit top routes
+#: this way; with 36-bit blocks router2 never cleared its congestion.
+TOP_SLOT_BANK_BITS = 18
+
 
 class ToolError(RuntimeError):
     """A tool of the flow is missing or failed."""

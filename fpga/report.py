@@ -229,6 +229,10 @@ def _placer_text(default):
             f"`{'`, `'.join(blocks)}` for the blocks")
 
 
+def _banks_text(bits):
+    return "one memory" if not bits else f"{bits}-bit block RAM banks"
+
+
 def markdown(report):
     """The Markdown note for ``report`` (whatever parts it holds)."""
     out = ["# ECP5 implementation report", ""]
@@ -238,6 +242,7 @@ def markdown(report):
         out += [f"Configuration `{d['name']}`: LINE_BITS {p['line_bits']}, MAX_WORKERS "
                 f"{p['max_workers']}, counters {p['counter_bits']} bits, DEPTH {p['depth']}, "
                 f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
+                f"Slot rows in {_banks_text(d.get('slot_bank_bits'))}. "
                 f"Out of context, every port registered, placed by {_placer_text(d)} and "
                 f"routed by router2; Fmax is the median over seeds "
                 f"{_seed_text(d)}; utilization from the median seed's "
@@ -265,8 +270,10 @@ def markdown(report):
         placers = sorted({point.get("placer", "heap") for point in report["sweep"]
                           if point.get("grades")})
         placed_by = f", placed by nextpnr's `{'`, `'.join(placers)}` placer" if placers else ""
+        banks = sorted({_banks_text(point.get("slot_bank_bits")) for point in report["sweep"]})
         out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}; "
-                f"the controller top, every port registered{placed_by}.", "",
+                f"the controller top, every port registered{placed_by}; slot rows in "
+                f"{' or '.join(banks)}.", "",
                 _sweep_section(report["sweep"]), ""]
         if report.get("sweep_plot"):
             out += [f"![area and Fmax]({pathlib.Path(report['sweep_plot']).name})", ""]

@@ -60,6 +60,9 @@ class Controller(wiring.Component):
         Line width, MAX_WORKERS, DEPTH, NUM_WINDOWS and counter width.
     max_reads : int
         Memory reads in flight at most (1 to 1024).
+    slot_bank_bits : int or None
+        Width of each block RAM bank the slot rows are split into (None: one memory).
+        Narrower banks take more block RAMs and spread the row over more of the die.
 
     Members
     -------
@@ -80,12 +83,14 @@ class Controller(wiring.Component):
         On a parameter of the wrong type or out of range.
     """
 
-    def __init__(self, *, params=None, max_reads=16):
+    def __init__(self, *, params=None, max_reads=16, slot_bank_bits=None):
         params = FabricParams() if params is None else params
         if not isinstance(params, FabricParams):
             raise TypeError(f"params must be a FabricParams, not {params!r}")
         self.params = params
         self.max_reads = check_int("max_reads", max_reads, low=1, high=1024)
+        self.slot_bank_bits = (None if slot_bank_bits is None else
+                               check_int("slot_bank_bits", slot_bank_bits, low=1))
         self.regmap = register_map(params)
         p = params
         super().__init__({
@@ -126,7 +131,17 @@ class Controller(wiring.Component):
             line_bits=L, max_workers=MW, counter_bits=CW)
         m.submodules.passthrough = passthrough = Fp32Passthrough(
             line_bits=L, max_reads=self.max_reads)
-        m.submodules.slots = slots = memory.Memory(shape=unsigned(row_bits), depth=rows, init=[])
+        if self.slot_bank_bits is None:
+            slot_banks = [memory.Memory(shape=unsigned(row_bits), depth=rows, init=[])]
+            m.submodules.slots = slot_banks[0]
+        else:
+            # Yosys would put banks this narrow in distributed RAM; they are block RAMs.
+            bits = self.slot_bank_bits
+            slot_banks = [memory.Memory(shape=unsigned(min(bits, row_bits - low)), depth=rows,
+                                        init=[], attrs={"ram_style": "block"})
+                          for low in range(0, row_bits, bits)]
+            for index, bank in enumerate(slot_banks):
+                m.submodules[f"slots_{index}"] = bank
         m.submodules.bitmaps = bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[])
         wiring.connect(m, wiring.flipped(self.csr), csr_block.bus)
         wiring.connect(m, passthrough.o_mem, wiring.flipped(self.o_mem))
@@ -209,9 +224,14 @@ class Controller(wiring.Component):
         # The slot is read at the edge that moves the request into *fold*. The request in
         # *fold* writes its slot at that same edge, which the read does not see: when both
         # are the same row, *fold* takes the row just written (``forward``) instead.
-        slots_rd = slots.read_port()
-        bitmaps_rd = bitmaps.read_port()
-        slots_wr = slots.write_port()
+        if len(slot_banks) == 1:   # (plain statements: Amaranth names the ports after them)
+            slots_rd = slot_banks[0].read_port()
+            bitmaps_rd = bitmaps.read_port()
+            slots_wr = slot_banks[0].write_port()
+        else:
+            slots_rd = _BankedPort(m, [bank.read_port() for bank in slot_banks], row_bits)
+            bitmaps_rd = bitmaps.read_port()
+            slots_wr = _BankedPort(m, [bank.write_port() for bank in slot_banks], row_bits)
         bitmaps_wr = bitmaps.write_port()
         m.d.comb += [slots_rd.addr.eq(s2["row"]), bitmaps_rd.addr.eq(s2["row"]),
                      slots_rd.en.eq(move), bitmaps_rd.en.eq(move)]
@@ -469,3 +489,22 @@ class Controller(wiring.Component):
                 m.d.sync += counter.eq(counter + 1)
             m.d.comb += getattr(regs, f"{name.lower()}_count").eq(counter)
         return m
+
+
+class _BankedPort:
+    """One port standing for the same port of every slot bank: the banks share address and
+    enable, and their data, lowest bank first, is the row."""
+
+    def __init__(self, m, ports, row_bits):
+        self.addr = Signal.like(ports[0].addr)
+        self.en = Signal()
+        self.data = Signal(row_bits)
+        low = 0
+        for port in ports:
+            width = len(port.data)
+            m.d.comb += [port.addr.eq(self.addr), port.en.eq(self.en)]
+            if isinstance(port, memory.ReadPort):
+                m.d.comb += self.data[low:low + width].eq(port.data)
+            else:
+                m.d.comb += port.data.eq(self.data[low:low + width])
+            low += width

@@ -59,16 +59,17 @@ def _payload(request, params):
             "data": _lines.line_to_int(data)}
 
 
-def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, max_cycles=200_000,
-        vcd=None):
+def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, slot_bank_bits=None,
+        max_cycles=200_000, vcd=None):
     """Play ``ops`` (``Request``, ``CsrWrite``, ``CsrRead``) into the hardware and the model.
 
-    ``seed`` feeds the generator of the timing choices. Raises ``RuntimeError`` when the
+    ``seed`` feeds the generator of the timing choices; ``max_reads`` and ``slot_bank_bits``
+    go to the :class:`Controller`. Raises ``RuntimeError`` when the
     hardware stops answering for ``max_cycles`` cycles. With ``vcd`` set, writes waves there.
     """
     params = params or FabricParams()
     rng = np.random.default_rng(seed)
-    dut = Controller(params=params, max_reads=max_reads)
+    dut = Controller(params=params, max_reads=max_reads, slot_bank_bits=slot_bank_bits)
     model = ControllerModel(params)
     expected, model_reads = [], []
     for op in ops:

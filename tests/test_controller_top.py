@@ -52,6 +52,14 @@ def test_random_traffic_with_three_windows_and_wide_workers():
     assert_matches_model(run(ops, params=params, seed=7, timing=STALLS), regmap)
 
 
+def test_slot_rows_split_into_block_ram_banks_behave_the_same():
+    """Banks of 7 bits: a row of 384 bits in 55 banks, the last one 6 bits wide."""
+    regmap = register_map(SMALL)
+    ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(5), n_ops=250)
+    result = run(ops, params=SMALL, seed=5, timing=STALLS, slot_bank_bits=7)
+    assert_matches_model(result, regmap)
+
+
 @pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
 def test_real_gradients_through_every_readout(traces, workload):
     """Four workers' real buckets, interleaved, through each readout of both routes."""
@@ -171,6 +179,7 @@ def test_clear_slots_and_window_writes_empty_slots():
     (dict(params="default"), TypeError, "params must be a FabricParams, not 'default'"),
     (dict(max_reads=0), ValueError, "max_reads must be between 1 and 1024, not 0"),
     (dict(max_reads=True), TypeError, "max_reads must be an integer, not True"),
+    (dict(slot_bank_bits=0), ValueError, "slot_bank_bits must be at least 1, not 0"),
 ])
 def test_bad_parameters_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error) as info:

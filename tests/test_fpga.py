@@ -317,7 +317,8 @@ def test_markdown_report_holds_every_part(tmp_path):
     assert "**187.5** (187.5)" in text
     assert ("placed by nextpnr's `static` placer for the controller top, `heap` for the "
             "blocks") in text
-    assert "the controller top, every port registered, placed by nextpnr's `heap` placer." in text
+    assert ("the controller top, every port registered, placed by nextpnr's `heap` placer; "
+            "slot rows in one memory.") in text
     assert "1,000 (1.2 %)" in text                # 900 LUT4 + 2 per carry cell
     assert "| logic | ≤ 10,000 LUT4 | 1,000 LUT4 | met |" in text
     assert "papers (5 cycles, claimed)" in text and "≤ 1.67 %" in text
@@ -355,7 +356,7 @@ def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeyp
         params = dict(PRESETS["default"].as_dict(), line_bits=line_bits, max_workers=workers,
                       depth=64)
         return {"params": params, "module": f"m{line_bits}_{workers}", "grades": {},
-                "area": area(line_bits * workers)}
+                "area": area(line_bits * workers), "slot_bank_bits": cli.TOP_SLOT_BANK_BITS}
 
     # 128/4 is to be measured again; 128/8 comes after it and is kept.
     kept = point(128, 8)
@@ -387,7 +388,8 @@ def test_a_resumed_sweep_places_again_a_point_placed_by_another_placer(monkeypat
         params = dict(PRESETS["default"].as_dict(), line_bits=128, max_workers=workers,
                       depth=64)
         return {"params": params, "module": f"m{workers}", "placer": placer,
-                "grades": {"s6": entry}, "area": utilization(cells, None, GRADES["s6"])}
+                "grades": {"s6": entry}, "area": utilization(cells, None, GRADES["s6"]),
+                "slot_bank_bits": cli.TOP_SLOT_BANK_BITS}
 
     (tmp_path / "report.json").write_text(json.dumps(
         {"sweep": [point(4, "heap"), point(8, cli.TOP_PLACER)]}), encoding="utf-8")
@@ -402,6 +404,36 @@ def test_a_resumed_sweep_places_again_a_point_placed_by_another_placer(monkeypat
     assert cli.main(["sweep", "--grades", "s6", "--resume", "--line-bits", "128",
                      "--max-workers", "4,8", "--depths", "64", "--out", str(tmp_path)]) == 0
     assert measured == [("nfabric_l128_w4_c3_d64_n2", cli.TOP_PLACER)]
+
+
+def test_the_sweep_builds_its_tops_with_slot_banks_and_keeps_them_apart(monkeypatch, tmp_path):
+    """A point measured with one slot memory is measured again with the flow's banks (in
+    its own folder), and kept when asked for one memory."""
+    from neuron_fabric.fpga import __main__ as cli
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    params = dict(PRESETS["default"].as_dict(), line_bits=128, max_workers=4, depth=64)
+    one_memory = {"params": params, "module": "m4", "grades": {}, "slot_bank_bits": None,
+                  "area": utilization(cells, None, GRADES["s6"])}
+    measured = []
+
+    def fake_measure(factory, module, work, **options):
+        measured.append((factory().slot_bank_bits, pathlib.Path(work).name))
+        return {"module": module, "grades": {}, "area": one_memory["area"]}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    argv = ["sweep", "--synth-only", "--resume", "--line-bits", "128", "--max-workers", "4",
+            "--depths", "64", "--out", str(tmp_path)]
+    (tmp_path / "report.json").write_text(json.dumps({"sweep": [one_memory]}), encoding="utf-8")
+    assert cli.main(argv + ["--slot-bank-bits", "0"]) == 0
+    assert measured == []
+    assert "slot rows in one memory." in (tmp_path / "report.md").read_text()
+    assert cli.main(argv) == 0
+    bits = cli.TOP_SLOT_BANK_BITS
+    assert measured == [(bits, f"controller_b{bits}")]
+    sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
+    assert sweep[0]["slot_bank_bits"] == bits
+    assert f"slot rows in {bits}-bit block RAM banks." in (tmp_path / "report.md").read_text()
 
 
 def test_command_line_refuses_an_unknown_grade():
