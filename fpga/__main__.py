@@ -92,11 +92,12 @@ def _factories(params, *, with_top=True, slot_bank_bits=None):
     return out
 
 
-def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap"):
+def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap",
+                   spare_seeds=()):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
                    ports=wrapped.ports, log=_log, timeout=args.timeout, jobs=args.jobs,
-                   cached_only=args.cached_only, placer=placer)
+                   cached_only=args.cached_only, placer=placer, spare_seeds=spare_seeds)
 
 
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
@@ -149,6 +150,13 @@ def _slot_banks(args):
     """The tops' slot bank width: ``--slot-bank-bits``, else the flow's; None for one memory."""
     bits = TOP_SLOT_BANK_BITS if args.slot_bank_bits is None else args.slot_bank_bits
     return bits or None
+
+
+def _spares(args, default, *, used):
+    """``--spare-seeds``, else ``default`` less the seeds already in use."""
+    if args.spare_seeds is not None:
+        return args.spare_seeds
+    return [seed for seed in default if seed not in used]
 
 
 def _top_folder(name, banks):
@@ -214,6 +222,7 @@ def cmd_ecp5(args):
     grades = args.grades or (["s6"] if args.quick else list(GRADES))
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     top_seeds = args.top_seeds or seeds
+    spares = _spares(args, [] if args.quick else [4, 5, 6], used=seeds + top_seeds)
     out = args.out
     work = out / "work" / params.name
     report = _report.load(out)
@@ -221,7 +230,8 @@ def cmd_ecp5(args):
     factories = _factories(params, slot_bank_bits=banks)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
-               "top_seeds": top_seeds, "slot_bank_bits": banks,
+               "top_seeds": top_seeds, "spare_seeds": spares,
+               "slot_bank_bits": banks,
                "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
                "date": datetime.date.today().isoformat(), "quick": args.quick,
                "blocks": {}, "gates": {}}
@@ -233,7 +243,7 @@ def cmd_ecp5(args):
     _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(top_seeds)} "
          f"seed(s), work in {top_work}")
     top = _measure_block(factory, module, top_work, grades=grades, seeds=top_seeds,
-                         args=args, placer=TOP_PLACER)
+                         args=args, placer=TOP_PLACER, spare_seeds=spares)
     default["top"] = top
     if "cells" in top:
         note, needed, mapped = _memory_note(params, top, banks)
@@ -247,7 +257,8 @@ def cmd_ecp5(args):
                 continue
             _log(f"ecp5: block {role} ({module})")
             default["blocks"][role] = _measure_block(
-                factory, module, work / role, grades=grades, seeds=seeds, args=args)
+                factory, module, work / role, grades=grades, seeds=seeds, args=args,
+                spare_seeds=spares)
             _finish(out, report, "ecp5")
 
     if not args.no_gates:
@@ -303,6 +314,7 @@ def cmd_sweep(args):
                                                           else list(GRADES)))
     placed = set(args.place_line_bits or line_bits)
     seeds = args.seeds or [1]
+    spares = _spares(args, [] if args.quick else [2, 3], used=seeds)
     points = []
     for lb in line_bits:
         for w in workers:
@@ -316,6 +328,7 @@ def cmd_sweep(args):
             for p in report.get("sweep", []) if args.resume}
     report["sweep"] = []
     report["sweep_seeds"] = seeds
+    report["sweep_spare_seeds"] = spares
     started = time.perf_counter()
     for index, point in enumerate(points, 1):
         key = (point["line_bits"], point["max_workers"], point["depth"])
@@ -341,7 +354,7 @@ def cmd_sweep(args):
                                     f"nfabric_{params.name}", out / "work" / params.name /
                                     _top_folder("controller", banks), seeds=seeds,
                                     grades=grades if params.line_bits in placed else [],
-                                    args=args, placer=TOP_PLACER)
+                                    args=args, placer=TOP_PLACER, spare_seeds=spares)
         except Exception as error:  # keep going: record the failure and move on
             record = {"module": f"nfabric_{params.name}", "error":
                       f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
@@ -390,6 +403,10 @@ def _parser():
 
     def flow(p, seeds_help):
         p.add_argument("--seeds", type=_ints, help=seeds_help)
+        p.add_argument("--spare-seeds", type=_ints, default=None,
+                       help="seeds that replace, in order, a grade's seeds that fail (router2 "
+                            "diverging counts), so the median stays over as many routed seeds "
+                            "(default: 4,5,6 for `ecp5`, 2,3 for `sweep`, none with --quick)")
         p.add_argument("--grades", type=_grades,
                        help=f"comma-separated among {', '.join(GRADES)} (default: all)")
         p.add_argument("--timeout", type=float, default=None,

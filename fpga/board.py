@@ -1,31 +1,34 @@
 """A board build of the controller top on the ULX3S (LFE5U-85F, speed 6), with real I/O.
 
-The top has thousands of port bits and the board a few dozen pins, so a thin wrapper
-(:class:`BoardTop`) stands between them:
+The top has thousands of port bits and the board a few dozen pins, so a thin harness
+(:class:`BoardHarness`) stands between them:
 
-- *stimulus*: a 512-bit Galois shift register, stirred every cycle by the UART receive pin
-  and the buttons, drives every input of the top (requests, ``ready`` of both outputs,
-  memory read data, the CSR bus). No input is constant, so Yosys can simplify nothing away;
+- *stimulus*: every input bit of the top has its own flip-flop, as out of context, and these
+  flip-flops form one shift chain in port order, stirred at its head by the UART receive
+  pin and the buttons. No input is constant, so Yosys can simplify nothing away, and each
+  chain link joins neighbouring bits of a port, which the datapath keeps side by side;
 - *observation*: every output bit of the top is folded by a registered XOR tree into the
   eight LEDs, so every output is live;
 - *clock*: an EHXPLLL multiplies the board's 25 MHz oscillator to the requested clock, and
   nextpnr checks timing at that clock, pins included. Reset is held until the PLL locks.
 
 Both the stimulus and the XOR tree are registered on every level, so the paths they add are
-one LUT deep; the top's own paths are the ones that close or fail.
+one LUT deep; the top's own paths are the ones that close or fail. (A 512-bit shift register
+whose bits each drove inputs far apart on the die, the first harness, left the 512-bit top
+three times the congestion of its out-of-context build at the same router iteration.)
 """
 
 import json
 import os
 import pathlib
 
-from amaranth.hdl import Cat, ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, \
+from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, \
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
 from .ecp5 import ROUTER, TOP_PLACER, critical_path, parse_nextpnr_report, tool
 
-__all__ = ["pll_settings", "BoardTop", "build"]
+__all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
 #: The ULX3S oscillator, MHz.
 BOARD_CLOCK_MHZ = 25.0
@@ -79,13 +82,44 @@ def _xor_tree(m, bits, *, name, width=8, fan_in=4):
     return out
 
 
-class BoardTop(Elaboratable):
-    """``component`` on the ULX3S behind the stimulus and XOR-tree wrapper (see module doc)."""
+class BoardHarness(Elaboratable):
+    """``component`` behind the stimulus chain and the XOR tree (see the module docstring).
 
-    def __init__(self, component, *, pll, stimulus_bits=512):
+    ``stir`` (an input) feeds the head of the chain; ``leds`` (8 bits) shows the folded
+    outputs. ``chain_bits`` is the chain's length: the top's input bits.
+    """
+
+    def __init__(self, component):
+        self.component = component
+        self.stir = Signal()
+        self.leds = Signal(8)
+        self._inputs, self._outputs = [], []
+        for path, member, value in component.signature.flatten(component):
+            value = Value.cast(value)
+            (self._inputs if member.flow == wiring.In else self._outputs).append(value)
+        self.chain_bits = sum(len(value) for value in self._inputs)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.dut = self.component
+        # The chain's tail feeds back, so it keeps changing between pin events too.
+        chain = Signal(self.chain_bits, init=1)
+        m.d.sync += chain.eq(Cat(self.stir ^ chain[-1], chain[:-1]))
+        offset = 0
+        for value in self._inputs:
+            m.d.comb += value.eq(chain[offset:offset + len(value)])
+            offset += len(value)
+        outputs = [value[i] for value in self._outputs for i in range(len(value))]
+        m.d.comb += self.leds.eq(_xor_tree(m, outputs, name="observe"))
+        return m
+
+
+class BoardTop(Elaboratable):
+    """``component`` on the ULX3S, behind :class:`BoardHarness`, clocked by the PLL."""
+
+    def __init__(self, component, *, pll):
         self.component = component
         self.pll = pll
-        self.stimulus_bits = stimulus_bits
 
     def elaborate(self, platform):
         m = Module()
@@ -116,34 +150,11 @@ class BoardTop(Elaboratable):
         m.d.sync += reset_sync.eq(Cat(~locked, reset_sync[0]))
         m.d.comb += ResetSignal("sync").eq(reset_sync[1])
 
-        # Stimulus: a Galois shift register stirred by the UART receive pin and the buttons.
+        m.submodules.harness = harness = BoardHarness(self.component)
         uart = platform.request("uart", 0)
         buttons = [platform.request("button_fire", i).i for i in range(2)]
-        stir = Signal()
-        m.d.sync += stir.eq(Cat(uart.rx.i, *buttons).xor())
-        n = self.stimulus_bits
-        state = Signal(n, init=1)
-        feedback = state[n - 1]
-        taps = {0, 2, 5, 8}  # x**512 + x**8 + x**5 + x**2 + 1
-        m.d.sync += state.eq(Cat(
-            (feedback ^ stir) if i == 0 else (state[i - 1] ^ feedback if i in taps
-                                              else state[i - 1])
-            for i in range(n)))
-
-        m.submodules.dut = dut = self.component
-        outputs = []
-        offset = 0
-        for path, member, value in dut.signature.flatten(dut):
-            value = Value.cast(value)
-            if member.flow == wiring.In:
-                width = len(value)
-                bits = Cat(state[(offset + i * 7) % n] for i in range(width))
-                m.d.comb += value.eq(bits)
-                offset += width
-            else:
-                outputs.extend(value[i] for i in range(len(value)))
-        leds = Cat(platform.request("led", i).o for i in range(8))
-        m.d.comb += leds.eq(_xor_tree(m, outputs, name="observe"))
+        m.d.sync += harness.stir.eq(Cat(uart.rx.i, *buttons).xor())
+        m.d.comb += Cat(platform.request("led", i).o for i in range(8)).eq(harness.leds)
         return m
 
 

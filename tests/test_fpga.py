@@ -1,18 +1,19 @@
 """The ECP5 flow's parsers, the gate-equivalent count, the timing model and the report."""
 
 import json
+import os
 import pathlib
 import subprocess
 import sys
 import threading
 
 import pytest
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from neuron_fabric.fpga import report as fpga_report
-from neuron_fabric.fpga.board import pll_settings
+from neuron_fabric.fpga.board import BoardHarness, pll_settings
 from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
                                      utilization)
@@ -198,7 +199,7 @@ def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_pa
     monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
     started = []
 
-    def fake_run(argv, *, cwd, log_name, timeout=None):
+    def fake_run(argv, *, cwd, log_name, timeout=None, watch=None):
         started.append(argv)
         report = argv[argv.index("--report") + 1]
         (pathlib.Path(cwd) / report).write_text(json.dumps(NEXTPNR_REPORT), encoding="utf-8")
@@ -220,6 +221,92 @@ def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_pa
     assert record["grades"]["s6"]["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 1.0}]
     with pytest.raises(ValueError, match="placer must be one of heap, static, not 'sa'"):
         ecp5.place_and_route(work=tmp_path, grade=GRADES["s6"], seed=1, placer="sa")
+
+
+def router_log(overused):
+    return "".join(f"Info:     iter={i} wires=500000 overused={o} overuse={o} archfail=NA\n"
+                   for i, o in enumerate(overused, 1))
+
+
+def test_router2_diverges_when_congestion_comes_back_well_above_its_best():
+    from neuron_fabric.fpga.ecp5 import router_diverged
+
+    falling = [50_000, 20_000, 5_000, 800, 300, 120]
+    # Back up to twice the best, ten iterations after it: diverged.
+    reason = router_diverged(router_log(falling + [150] * 9 + [240]))
+    assert reason == ("router2 diverged: overused wires down to 120 at iteration 6, "
+                      "back up to 240 at iteration 16")
+    # A run that stalls for long but stays under twice its best, or that stalls on a
+    # handful of wires, may still converge.
+    assert router_diverged(router_log(falling + [230] * 80 + [0])) is None
+    assert router_diverged(router_log([900, 40, 3] + [45] * 80 + [0])) is None
+    # Twice the best but too soon after it.
+    assert router_diverged(router_log(falling + [150] * 8 + [240])) is None
+    assert router_diverged("Info: no router output yet") is None
+
+
+FAKE_NEXTPNR = """\
+import pathlib, sys, time
+argv = sys.argv[1:]
+seed = int(argv[argv.index("--seed") + 1])
+with open("started.txt", "a") as f:
+    f.write(f"{seed}\\n")
+log = open(argv[argv.index("--log") + 1], "w")
+overused = [5000, 900, 120] + ([150] * 9 + [400] if seed == 2 else [60, 0])
+for i, o in enumerate(overused, 1):
+    log.write(f"Info:     iter={i} wires=500000 overused={o} overuse={o} archfail=NA\\n")
+    log.flush()
+if seed == 2:
+    time.sleep(20)  # a diverged run goes on until it is stopped
+report = %s
+report["fmax"]["clk"]["achieved"] = 100.0 + seed
+pathlib.Path(argv[argv.index("--report") + 1]).write_text(__import__("json").dumps(report))
+"""
+
+
+def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    fake = tmp_path / "fake-nextpnr"
+    fake.write_text(f"#!{sys.executable}\n" + FAKE_NEXTPNR % json.dumps(NEXTPNR_REPORT),
+                    encoding="utf-8")
+    fake.chmod(0o755)
+    monkeypatch.setenv("NEXTPNR_ECP5", str(fake))
+    monkeypatch.setattr(ecp5, "_WATCH_SECONDS", 0.05)
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
+    monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
+    netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
+    (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
+
+    def run():
+        return measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1, 2, 3],
+                       spare_seeds=[4, 5], log=lambda m: None, jobs=2)["grades"]["s6"]
+
+    entry = run()
+    assert [(s["seed"], s.get("fmax_mhz"), s.get("diverged")) for s in entry["seeds"]] == [
+        (1, 101.0, None), (2, None, True), (3, 103.0, None), (4, 104.0, None)]
+    assert "overused wires down to 120 at iteration 3, back up to 400 at iteration 13" in \
+        entry["seeds"][1]["error"]
+    assert entry["fmax_median_mhz"] == 103.0 and entry["critical_path_seed"] == 3
+    assert fpga_report._fmax_text(entry) == "**103.0** (1: 101.0, 2: diverged, 3: 103.0, 4: 104.0)"
+    assert sorted((tmp_path / "started.txt").read_text().split()) == ["1", "2", "3", "4"]
+    # Run again: the finished seeds are kept and the diverged one is not started over.
+    again = run()
+    assert [(s["seed"], s.get("fmax_mhz"), s.get("diverged")) for s in again["seeds"]] == [
+        (1, 101.0, None), (2, None, True), (3, 103.0, None), (4, 104.0, None)]
+    assert "an earlier run" in again["seeds"][1]["error"]
+    assert sorted((tmp_path / "started.txt").read_text().split()) == ["1", "2", "3", "4"]
+
+
+def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    sleeper = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
+    with pytest.raises(ecp5.ToolError, match="ran past 1 s"):
+        ecp5._run([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
+                  timeout=1)
+    with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
+        os.kill(int((tmp_path / "pid").read_text()), 0)
 
 
 @pytest.mark.slow
@@ -277,6 +364,52 @@ def test_pll_settings_stay_in_the_vco_range():
     assert pll_settings(161.0)["mhz"] <= 161.0
     with pytest.raises(ValueError, match="target_mhz"):
         pll_settings(1.0)
+
+
+class Mixer(wiring.Component):
+    """Two input ports and one output port that shows them, for the board harness."""
+    x: In(3)
+    y: In(5)
+    z: Out(25)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.z.eq(Cat(self.x, self.y, ~self.y, self.x * self.y, self.y[1:]))
+        return m
+
+
+def test_the_board_harness_drives_each_input_from_a_chain_and_folds_every_output():
+    import random
+
+    from amaranth.sim import Simulator
+
+    harness = BoardHarness(Mixer())
+    dut = harness.component
+    assert harness.chain_bits == 8
+    rng = random.Random(5)
+
+    async def bench(ctx):
+        chain = [1] + [0] * 7  # the chain's flip-flops, head first, as reset leaves them
+        parities, leds = [], []
+        for cycle in range(60):
+            stir = rng.getrandbits(1)
+            ctx.set(harness.stir, stir)
+            # Each input bit is a chain flip-flop, in port order.
+            assert ctx.get(dut.x) == sum(b << i for i, b in enumerate(chain[:3])), cycle
+            assert ctx.get(dut.y) == sum(b << i for i, b in enumerate(chain[3:])), cycle
+            parities.append(bin(ctx.get(dut.z)).count("1") % 2)
+            leds.append(bin(ctx.get(harness.leds)).count("1") % 2)
+            await ctx.tick()
+            chain = [stir ^ chain[-1]] + chain[:-1]
+        # The XOR tree keeps every output bit: the LEDs' parity is the outputs' parity as
+        # many cycles before as the tree has registered levels.
+        assert set(parities) == {0, 1}
+        assert any(leds[delay:] == parities[:-delay] for delay in range(1, 5))
+
+    sim = Simulator(harness)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_markdown_report_holds_every_part(tmp_path):
@@ -434,6 +567,30 @@ def test_the_sweep_builds_its_tops_with_slot_banks_and_keeps_them_apart(monkeypa
     sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
     assert sweep[0]["slot_bank_bits"] == bits
     assert f"slot rows in {bits}-bit block RAM banks." in (tmp_path / "report.md").read_text()
+
+
+def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch, tmp_path):
+    import argparse
+
+    from neuron_fabric.fpga import __main__ as cli
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    spares = []
+
+    def fake_measure(factory, module, work, **options):
+        spares.append(list(options["spare_seeds"]))
+        return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    argv = ["sweep", "--synth-only", "--line-bits", "128", "--max-workers", "4,8",
+            "--out", str(tmp_path)]
+    assert cli.main(argv) == 0
+    assert spares == [[2, 3], [2, 3]]
+    assert "Seeds 1 (spare seeds 2, 3 replace one that fails)" in \
+        (tmp_path / "report.md").read_text()
+    assert cli.main(argv + ["--seeds", "2"]) == 0 and spares[-1] == [3]
+    assert cli.main(argv + ["--spare-seeds", "9,7"]) == 0 and spares[-1] == [9, 7]
+    assert cli._spares(argparse.Namespace(spare_seeds=None), [4, 5, 6], used=[1, 2, 4]) == [5, 6]
 
 
 def test_command_line_refuses_an_unknown_grade():
