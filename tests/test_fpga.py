@@ -307,6 +307,24 @@ def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
                   timeout=1)
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
         os.kill(int((tmp_path / "pid").read_text()), 0)
+    assert (tmp_path / "sleep.out").read_text().endswith("stopped at the time limit of 1 s\n")
+
+
+def test_cached_only_takes_a_run_stopped_at_its_time_limit_as_failed(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
+    monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
+    (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    (tmp_path / "pnr_LFE5U-85F_s6_seed1.out").write_text(
+        "Info: placing\nneuron-fabric: stopped at the time limit of 2400 s\n", encoding="utf-8")
+    (tmp_path / "pnr_LFE5U-85F_s6_seed2.out").write_text("Info: placing\n", encoding="utf-8")
+    record = measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1, 2],
+                     spare_seeds=[3], log=lambda m: None, cached_only=True)
+    seeds = record["grades"]["s6"]["seeds"]
+    assert [(s["seed"], "error" in s, s.get("not_run")) for s in seeds] == [
+        (1, True, None), (2, False, True), (3, False, True)]
+    assert "stopped at its time limit" in seeds[0]["error"]
 
 
 @pytest.mark.slow
