@@ -298,8 +298,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     diverging raises :class:`Diverged` again rather than starting over. With
     ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting (or
     :class:`ToolError` if an earlier run was stopped at its time limit). A router2 run that
-    diverges is stopped (:func:`router_diverged`). Files of a run by a
-    placer other than HeAP carry its name.
+    diverges is stopped (:func:`router_diverged`). Files of a run by a placer other than
+    HeAP carry its name.
     """
     if placer not in PLACERS:
         raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
