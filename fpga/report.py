@@ -157,7 +157,12 @@ def _board_section(board):
              used("TRELLIS_FF"), used("DP16KD"), used("TRELLIS_IO")]]
     text = _table(["board", "part", "clock MHz (PLL)", "Fmax MHz", "closes", "LUT4 cells",
                    "FF", "DP16KD", "I/O"], rows)
-    return text + f"\n\nCritical path: {_path_text(board.get('critical_path'))}"
+    text += f"\n\nSeed {board['seed']}. Critical path: {_path_text(board.get('critical_path'))}"
+    failed = board.get("failed_seeds")
+    if failed:
+        text += "\n\nSeeds that failed first: " + "; ".join(
+            f"{f['seed']}: {f['error']}" for f in failed)
+    return text
 
 
 def _timing_section(tm):

@@ -176,7 +176,8 @@ def test_cached_only_reports_finished_runs_and_starts_none(monkeypatch, tmp_path
 
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
     monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
-    monkeypatch.setattr(ecp5, "_run", lambda *args, **kwargs: pytest.fail("a tool was started"))
+    monkeypatch.setattr(ecp5, "run_tool",
+                        lambda *args, **kwargs: pytest.fail("a tool was started"))
     netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
     (tmp_path / "pnr_LFE5U-85F_s6_seed1.json").write_text(json.dumps(NEXTPNR_REPORT),
@@ -205,7 +206,7 @@ def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_pa
         (pathlib.Path(cwd) / report).write_text(json.dumps(NEXTPNR_REPORT), encoding="utf-8")
         return 1.0
 
-    monkeypatch.setattr(ecp5, "_run", fake_run)
+    monkeypatch.setattr(ecp5, "run_tool", fake_run)
     netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
     # A HeAP run already in the work folder is not taken for a static one.
@@ -261,6 +262,21 @@ if seed == 2:
 report = %s
 report["fmax"]["clk"]["achieved"] = 100.0 + seed
 pathlib.Path(argv[argv.index("--report") + 1]).write_text(__import__("json").dumps(report))
+if "--textcfg" in argv:  # a board build packs it next
+    pathlib.Path(argv[argv.index("--textcfg") + 1]).write_text(".device LFE5U-85F\\n")
+"""
+
+#: Yosys and ecppack for a board build: each records its run and writes what the next reads.
+FAKE_BOARD_TOOL = """\
+import pathlib, sys
+argv = sys.argv[1:]
+with open("started.txt", "a") as f:
+    f.write(%r + "\\n")
+if "--bit" in argv:
+    pathlib.Path(argv[argv.index("--bit") + 1]).write_bytes(b"bitstream")
+else:
+    assert "read_rtlil board.il" in pathlib.Path(argv[-1]).read_text()
+    pathlib.Path("board.json").write_text("{}")
 """
 
 
@@ -298,12 +314,56 @@ def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypa
     assert sorted((tmp_path / "started.txt").read_text().split()) == ["1", "2", "3", "4"]
 
 
+def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+    from neuron_fabric.fpga.__main__ import _build_board
+    from neuron_fabric.fpga.board import build
+
+    for env, script in (("NEXTPNR_ECP5", FAKE_NEXTPNR % json.dumps(NEXTPNR_REPORT)),
+                        ("YOSYS", FAKE_BOARD_TOOL % "yosys"),
+                        ("ECPPACK", FAKE_BOARD_TOOL % "ecppack")):
+        fake = tmp_path / f"fake-{env.lower()}"
+        fake.write_text(f"#!{sys.executable}\n" + script, encoding="utf-8")
+        fake.chmod(0o755)
+        monkeypatch.setenv(env, str(fake))
+    monkeypatch.setattr(ecp5, "_WATCH_SECONDS", 0.05)
+    out = tmp_path / "board"
+
+    record = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[2, 3], timeout=60)
+    assert (record["seed"], record["fmax_mhz"], record["clock_mhz"]) == (3, 103.0, 50.0)
+    assert [f["seed"] for f in record["failed_seeds"]] == [2]
+    assert "Diverged: router2 diverged" in record["failed_seeds"][0]["error"]
+    assert pathlib.Path(record["bitstream"]).read_bytes() == b"bitstream"
+    assert "Seeds that failed first: 2: Diverged" in fpga_report._board_section(record)
+    # Seeds share the netlist: a later build of the same design runs no Yosys.
+    again = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[4], timeout=60)
+    assert again["seed"] == 4 and "failed_seeds" not in again
+    assert (out / "started.txt").read_text().split() == [
+        "yosys", "2", "3", "ecppack", "4", "ecppack"]
+    # Every seed failing leaves an error record naming each.
+    failed = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[2], timeout=60)
+    assert failed["error"].startswith("seed 2: Diverged")
+    assert fpga_report._board_section(failed).startswith("Board build failed: seed 2")
+
+
+def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
+    from neuron_fabric.fpga.board import build
+
+    record = build(Mixer(), out=tmp_path, target_mhz=50, seed=1, timeout=300,
+                   log=lambda m: None)
+    assert record["clock_mhz"] == 50.0 and record["meets_timing"]
+    assert record["utilization"]["EHXPLLL"]["used"] == 1
+    # The clock, the UART (requested whole: rx, tx, rts, dtr), two buttons and eight LEDs.
+    assert record["utilization"]["TRELLIS_IO"]["used"] == 15
+    assert pathlib.Path(record["bitstream"]).stat().st_size > 100_000
+
+
 def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
     from neuron_fabric.fpga import ecp5
 
     sleeper = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
     with pytest.raises(ecp5.ToolError, match="ran past 1 s"):
-        ecp5._run([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
+        ecp5.run_tool([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
                   timeout=1)
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
         os.kill(int((tmp_path / "pid").read_text()), 0)
