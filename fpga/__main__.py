@@ -30,6 +30,9 @@ from .ecp5 import GRADES, TOP_PLACER, TOP_SLOT_BANK_BITS, ToolError, measure, po
 
 TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
 ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
+#: The default ``--timeout``: twice the longest 512-bit place and route that routed (about
+#: 32 minutes), so a router2 run that stalls without diverging cannot hold the flow for hours.
+TOOL_TIMEOUT_S = 3600.0
 
 
 def _log(message):
@@ -96,7 +99,7 @@ def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap",
                    spare_seeds=()):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
-                   ports=wrapped.ports, log=_log, timeout=args.timeout, jobs=args.jobs,
+                   ports=wrapped.ports, log=_log, timeout=args.timeout or None, jobs=args.jobs,
                    cached_only=args.cached_only, placer=placer, spare_seeds=spare_seeds)
 
 
@@ -308,7 +311,7 @@ def cmd_ecp5(args):
         module, factory = factories["controller"]
         default["board"] = _build_board(build, factory, out=work / _top_folder("board", banks),
                                         target_mhz=target, seeds=[top_seeds[0], *spares],
-                                        timeout=args.timeout)
+                                        timeout=args.timeout or None)
         _finish(out, report, "board")
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
@@ -424,8 +427,10 @@ def _parser():
                             "(default: 4,5,6 for `ecp5`, 2,3 for `sweep`, none with --quick)")
         p.add_argument("--grades", type=_grades,
                        help=f"comma-separated among {', '.join(GRADES)} (default: all)")
-        p.add_argument("--timeout", type=float, default=None,
-                       help="seconds one nextpnr run may take before it counts as failed")
+        p.add_argument("--timeout", type=float, default=TOOL_TIMEOUT_S,
+                       help=f"seconds one place and route (or one board tool) may run before "
+                            f"it is stopped and counts as failed (default: "
+                            f"{TOOL_TIMEOUT_S:g}; 0 for no limit)")
         p.add_argument("--jobs", type=int, default=None,
                        help="nextpnr runs at a time (default: one per core)")
         p.add_argument("--cached-only", action="store_true",

@@ -671,6 +671,20 @@ def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch
     assert cli._spares(argparse.Namespace(spare_seeds=None), [4, 5, 6], used=[1, 2, 4]) == [5, 6]
 
 
+def test_a_place_and_route_has_an_hour_unless_told_otherwise(monkeypatch):
+    from types import SimpleNamespace
+
+    from neuron_fabric.fpga import __main__ as cli
+
+    limits = []
+    monkeypatch.setattr(cli, "measure", lambda *args, **kwargs: limits.append(kwargs["timeout"]))
+    monkeypatch.setattr(cli, "port_registers", lambda component: SimpleNamespace(ports=[]))
+    for extra in ([], ["--timeout", "600"], ["--timeout", "0"]):
+        args = cli._parser().parse_args(["ecp5", *extra])
+        cli._measure_block(lambda: None, "m", None, grades=["s6"], seeds=[1], args=args)
+    assert limits == [3600.0, 600.0, None]
+
+
 def test_command_line_refuses_an_unknown_grade():
     result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
                              "s7"], capture_output=True, text=True)
