@@ -21,6 +21,7 @@ import math
 import pathlib
 import re
 import sys
+import threading
 import time
 import traceback
 
@@ -35,8 +36,13 @@ ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
 TOOL_TIMEOUT_S = 3600.0
 
 
+_LOG_LOCK = threading.Lock()
+
+
 def _log(message):
-    print(message, flush=True)
+    # Runs on several threads log at once; one line each, never two run together.
+    with _LOG_LOCK:
+        print(message, flush=True)
 
 
 def _ints(text):

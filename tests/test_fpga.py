@@ -685,6 +685,29 @@ def test_a_place_and_route_has_an_hour_unless_told_otherwise(monkeypatch):
     assert limits == [3600.0, 600.0, None]
 
 
+def test_runs_logging_at_once_never_share_a_line(monkeypatch):
+    import io
+    import time
+
+    from neuron_fabric.fpga import __main__ as cli
+
+    class SlowStream(io.StringIO):
+        def write(self, text):  # a slow terminal: another thread gets in between writes
+            time.sleep(0.001)
+            return super().write(text)
+
+    stream = SlowStream()
+    monkeypatch.setattr(sys, "stdout", stream)
+    threads = [threading.Thread(target=lambda n=n: [cli._log(f"run {n}: line {i}")
+                                                    for i in range(30)]) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    lines = stream.getvalue().splitlines()
+    assert sorted(lines) == sorted(f"run {n}: line {i}" for n in range(3) for i in range(30))
+
+
 def test_command_line_refuses_an_unknown_grade():
     result = subprocess.run([sys.executable, "-m", "neuron_fabric.fpga", "ecp5", "--grades",
                              "s7"], capture_output=True, text=True)
