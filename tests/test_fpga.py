@@ -671,6 +671,29 @@ def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch
     assert cli._spares(argparse.Namespace(spare_seeds=None), [4, 5, 6], used=[1, 2, 4]) == [5, 6]
 
 
+def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    spares, boards = [], []
+
+    def fake_measure(factory, module, work, **options):
+        spares.append((module, list(options["spare_seeds"])))
+        return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
+
+    def fake_board(build, factory, *, out, target_mhz, seeds, timeout):
+        boards.append((seeds, timeout))
+        return {"error": "not built here"}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    monkeypatch.setattr(cli, "_build_board", fake_board)
+    monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: {})
+    monkeypatch.setattr(cli, "_finish", lambda *args: None)
+    assert cli.main(["ecp5", "--no-blocks", "--no-gates", "--out", str(tmp_path)]) == 0
+    assert spares == [("nfabric_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10])]
+    assert boards == [([1, 4, 5, 6], 3600.0)]
+
+
 def test_a_place_and_route_has_an_hour_unless_told_otherwise(monkeypatch):
     from types import SimpleNamespace
 
