@@ -437,7 +437,7 @@ def _parser():
         p.add_argument("--spare-seeds", type=_ints, default=None,
                        help="seeds that replace, in order, a grade's seeds that fail (router2 "
                             "diverging counts), so the median stays over as many routed seeds "
-                            "(default: 4,5,6 for `ecp5`, 2,3 for `sweep`, none with --quick)")
+                            "(default: 4 to 10 for `ecp5`, 2,3 for `sweep`, none with --quick)")
         p.add_argument("--grades", type=_grades,
                        help=f"comma-separated among {', '.join(GRADES)} (default: all)")
         p.add_argument("--timeout", type=float, default=TOOL_TIMEOUT_S,
