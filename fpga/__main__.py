@@ -189,12 +189,14 @@ def _board_target(top, board_mhz):
     return math.floor(fmax * 0.95)  # a little under the out-of-context figure: I/O and wrapper
 
 
-def _build_board(build, factory, *, out, target_mhz, seeds, timeout):
+def _build_board(factory, *, out, target_mhz, seeds, timeout):
     """The board build on the first of ``seeds``, and on the next each time one fails.
 
     A failed build is a result too: the record keeps every seed's error, and the rest of
     the report goes on.
     """
+    from .board import build
+
     failed = []
     for seed in seeds:
         try:
@@ -318,10 +320,9 @@ def cmd_ecp5(args):
         else:
             _log("board: not run (--cached-only)")
     elif not args.no_board and not args.quick:
-        from .board import build
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
-        default["board"] = _build_board(build, factory, out=work / _top_folder("board", banks),
+        default["board"] = _build_board(factory, out=work / _top_folder("board", banks),
                                         target_mhz=target,
                                         seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
                                         timeout=args.timeout or None)

@@ -317,7 +317,6 @@ def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypa
 def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypatch, tmp_path):
     from neuron_fabric.fpga import ecp5
     from neuron_fabric.fpga.__main__ import _build_board
-    from neuron_fabric.fpga.board import build
 
     for env, script in (("NEXTPNR_ECP5", FAKE_NEXTPNR % json.dumps(NEXTPNR_REPORT)),
                         ("YOSYS", FAKE_BOARD_TOOL % "yosys"),
@@ -329,19 +328,19 @@ def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypa
     monkeypatch.setattr(ecp5, "_WATCH_SECONDS", 0.05)
     out = tmp_path / "board"
 
-    record = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[2, 3], timeout=60)
+    record = _build_board(Mixer, out=out, target_mhz=50, seeds=[2, 3], timeout=60)
     assert (record["seed"], record["fmax_mhz"], record["clock_mhz"]) == (3, 103.0, 50.0)
     assert [f["seed"] for f in record["failed_seeds"]] == [2]
     assert "Diverged: router2 diverged" in record["failed_seeds"][0]["error"]
     assert pathlib.Path(record["bitstream"]).read_bytes() == b"bitstream"
     assert "Seeds that failed first: 2: Diverged" in fpga_report._board_section(record)
     # Seeds share the netlist: a later build of the same design runs no Yosys.
-    again = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[4], timeout=60)
+    again = _build_board(Mixer, out=out, target_mhz=50, seeds=[4], timeout=60)
     assert again["seed"] == 4 and "failed_seeds" not in again
     assert (out / "started.txt").read_text().split() == [
         "yosys", "2", "3", "ecppack", "4", "ecppack"]
     # Every seed failing leaves an error record naming each.
-    failed = _build_board(build, Mixer, out=out, target_mhz=50, seeds=[2], timeout=60)
+    failed = _build_board(Mixer, out=out, target_mhz=50, seeds=[2], timeout=60)
     assert failed["error"].startswith("seed 2: Diverged")
     assert fpga_report._board_section(failed).startswith("Board build failed: seed 2")
 
@@ -364,7 +363,7 @@ def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
     sleeper = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
     with pytest.raises(ecp5.ToolError, match="ran past 1 s"):
         ecp5.run_tool([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
-                  timeout=1)
+                      timeout=1)
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
         os.kill(int((tmp_path / "pid").read_text()), 0)
     assert (tmp_path / "sleep.out").read_text().endswith("stopped at the time limit of 1 s\n")
@@ -681,7 +680,7 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
         spares.append((module, list(options["spare_seeds"])))
         return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
 
-    def fake_board(build, factory, *, out, target_mhz, seeds, timeout):
+    def fake_board(factory, *, out, target_mhz, seeds, timeout):
         boards.append((seeds, timeout))
         return {"error": "not built here"}
 
