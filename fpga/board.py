@@ -3,23 +3,29 @@
 The top has thousands of port bits and the board a few dozen pins, so a thin harness
 (:class:`BoardHarness`) stands between them:
 
-- *stimulus*: every input bit of the top has its own flip-flop, as out of context, and these
-  flip-flops form one shift chain in port order, stirred at its head by the UART receive
-  pin and the buttons. No input is constant, so Yosys can simplify nothing away, and each
-  chain link joins neighbouring bits of a port, which the datapath keeps side by side;
+- *stimulus*: every input bit of the top has a flip-flop of its own, as out of context,
+  which toggles whenever the UART receive pin or a button changes (the *stir*). The
+  flip-flops start from a fixed pseudo-random pattern, so the inputs differ from each
+  other, and none is constant, so Yosys can simplify nothing away. The stir reaches them as
+  a clock enable over a global network, so no wire joins one input bit to another;
 - *observation*: every output bit of the top is folded by a registered XOR tree into the
   eight LEDs, so every output is live;
 - *clock*: an EHXPLLL multiplies the board's 25 MHz oscillator to the requested clock, and
-  nextpnr checks timing at that clock, pins included. Reset is held until the PLL locks.
+  nextpnr checks timing at that clock, pins included. Reset is held until the PLL locks and
+  reaches the flip-flops over a global network too.
 
-Both the stimulus and the XOR tree are registered on every level, so the paths they add are
-one LUT deep; the top's own paths are the ones that close or fail. (A 512-bit shift register
-whose bits each drove inputs far apart on the die, the first harness, left the 512-bit top
-three times the congestion of its out-of-context build at the same router iteration.)
+The stimulus adds no path between flip-flops and the XOR tree is registered on every level,
+so the paths the harness adds are one LUT deep; the top's own paths are the ones that close
+or fail. The harness also keeps the global wiring off the general routing the datapath
+needs. Out of context the clock and the reset are ports that nextpnr leaves unrouted; on the
+board, a reset on the general routing (1,688 flip-flops of the 512-bit top) and a shift
+chain through the inputs in port order (each link joining bits the placer would otherwise
+put apart) left the 512-bit top unroutable.
 """
 
 import json
 import pathlib
+import random
 
 from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, \
     ResetSignal, Signal, Value
@@ -83,11 +89,14 @@ def _xor_tree(m, bits, *, name, width=8, fan_in=4):
 
 
 class BoardHarness(Elaboratable):
-    """``component`` behind the stimulus chain and the XOR tree (see the module docstring).
+    """``component`` behind the toggling inputs and the XOR tree (see the module docstring).
 
-    ``stir`` (an input) feeds the head of the chain; ``leds`` (8 bits) shows the folded
-    outputs. ``chain_bits`` is the chain's length: the top's input bits.
+    ``stir`` (an input) is the toggle enable of every input flip-flop; ``leds`` (8 bits)
+    shows the folded outputs. ``input_bits`` is the number of input flip-flops.
     """
+
+    #: Seeds the input flip-flops' initial pattern, the same on every build.
+    PATTERN_SEED = 0x5EED
 
     def __init__(self, component):
         self.component = component
@@ -97,18 +106,18 @@ class BoardHarness(Elaboratable):
         for path, member, value in component.signature.flatten(component):
             value = Value.cast(value)
             (self._inputs if member.flow == wiring.In else self._outputs).append(value)
-        self.chain_bits = sum(len(value) for value in self._inputs)
+        self.input_bits = sum(len(value) for value in self._inputs)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.dut = self.component
-        # The chain's tail feeds back, so it keeps changing between pin events too.
-        chain = Signal(self.chain_bits, init=1)
-        m.d.sync += chain.eq(Cat(self.stir ^ chain[-1], chain[:-1]))
-        offset = 0
-        for value in self._inputs:
-            m.d.comb += value.eq(chain[offset:offset + len(value)])
-            offset += len(value)
+        pattern = random.Random(self.PATTERN_SEED)
+        for index, value in enumerate(self._inputs):
+            stimulus = Signal(len(value), name=f"stimulus_{index}",
+                              init=pattern.getrandbits(len(value)))
+            with m.If(self.stir):
+                m.d.sync += stimulus.eq(~stimulus)
+            m.d.comb += value.eq(stimulus)
         outputs = [value[i] for value in self._outputs for i in range(len(value))]
         m.d.comb += self.leds.eq(_xor_tree(m, outputs, name="observe"))
         return m
@@ -145,15 +154,26 @@ class BoardTop(Elaboratable):
         # dividers; one placed on ``pll_clk`` would name a net that synthesis merges away.
         m.domains.sync = ClockDomain("sync")
         m.d.comb += ClockSignal("sync").eq(pll_clk)
-        # Reset until the PLL has locked, released synchronously.
-        reset_sync = Signal(2, init=0b11)
+        # Reset until the PLL has locked, released synchronously. The reset reaches thousands
+        # of flip-flops, so a DCCA puts it on a global network as the clock is, rather than
+        # on the general routing the datapath needs (out of context, it is an unrouted port).
+        reset_sync = Signal(2, init=0b11, reset_less=True)
         m.d.sync += reset_sync.eq(Cat(~locked, reset_sync[0]))
-        m.d.comb += ResetSignal("sync").eq(reset_sync[1])
+        reset_global = Signal()
+        m.submodules.reset_buffer = Instance(
+            "DCCA", i_CLKI=reset_sync[1], i_CE=1, o_CLKO=reset_global)
+        m.d.comb += ResetSignal("sync").eq(reset_global)
 
         m.submodules.harness = harness = BoardHarness(self.component)
         uart = platform.request("uart", 0)
         buttons = [platform.request("button_fire", i).i for i in range(2)]
-        m.d.sync += harness.stir.eq(Cat(uart.rx.i, *buttons).xor())
+        # Stir on every change of the pins, registered twice, and over a global network: it
+        # enables every input flip-flop of the top.
+        pins = Signal(2, reset_less=True)
+        m.d.sync += pins.eq(Cat(Cat(uart.rx.i, *buttons).xor(), pins[0]))
+        stir = Signal()
+        m.d.sync += stir.eq(pins[0] ^ pins[1])
+        m.submodules.stir_buffer = Instance("DCCA", i_CLKI=stir, i_CE=1, o_CLKO=harness.stir)
         m.d.comb += Cat(platform.request("led", i).o for i in range(8)).eq(harness.leds)
         return m
 
