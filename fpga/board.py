@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import GRADES, ROUTER, TOP_PLACER, NotRun, critical_path, parse_nextpnr_report, \
-    raise_earlier_failure, router_diverged, run_tool, tool
+from .ecp5 import GRADES, ROUTER, TOP_PLACER, NotRun, critical_path, newer_than, \
+    parse_nextpnr_report, raise_earlier_failure, router_diverged, run_tool, tool
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -225,8 +225,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
         log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
     tag = f"{name}_seed{seed}"
     report_file, bitstream = out / f"{tag}_report.json", out / f"{tag}.bit"
-    if reuse and all(path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
-                     for path in (report_file, bitstream)):
+    if reuse and newer_than(report_file, netlist) and newer_than(bitstream, netlist):
         log(f"board: seed {seed} kept from an earlier run ({report_file})")
         return _record(out, tag, platform=platform, pll=pll, seed=seed, log=log)
     if reuse:

@@ -289,6 +289,11 @@ class NotRun(ToolError):
     """A place-and-route run that was asked for from the cache only and is not there."""
 
 
+def newer_than(path, netlist):
+    """Whether ``path`` exists and was written after ``netlist``: a run made from it."""
+    return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
+
+
 def raise_earlier_failure(*, log, out, netlist, router=ROUTER, cached_only=False, what):
     """Raise for a nextpnr run in ``log`` and ``out``, newer than ``netlist``, that failed.
 
@@ -296,15 +301,12 @@ def raise_earlier_failure(*, log, out, netlist, router=ROUTER, cached_only=False
     From the cache only, a run stopped at its time limit raises :class:`ToolError` (run
     again, it may route with a longer limit).
     """
-    def fresh(path):
-        return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
-
-    if router == "router2" and fresh(log):
+    if router == "router2" and newer_than(log, netlist):
         reason = router_diverged(log.read_text(encoding="utf-8", errors="replace"))
         if reason:
             raise Diverged(f"{reason} (an earlier run; see {log})")
-    if cached_only and fresh(out) and _TIMED_OUT in out.read_text(encoding="utf-8",
-                                                                   errors="replace"):
+    if cached_only and newer_than(out, netlist) and _TIMED_OUT in out.read_text(
+            encoding="utf-8", errors="replace"):
         raise ToolError(f"{what}: stopped at its time limit (an earlier run; see {out})")
 
 
@@ -326,10 +328,7 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     done, log = pathlib.Path(work, f"pnr_{tag}.json"), pathlib.Path(work, f"pnr_{tag}.log")
     netlist = pathlib.Path(work, "synth.json")
 
-    def fresh(path):
-        return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
-
-    if reuse and fresh(done):
+    if reuse and newer_than(done, netlist):
         return json.loads(done.read_text(encoding="utf-8")), 0.0
     if reuse:
         raise_earlier_failure(log=log, out=pathlib.Path(work, f"pnr_{tag}.out"),

@@ -357,8 +357,8 @@ def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypa
     assert (out / "started.txt").read_text().split() == [
         "yosys", "2", "3", "ecppack", "4", "ecppack"]
     assert _build_board(Mixer, out=out, target_mhz=50, seeds=[3], timeout=60)["seed"] == 3
-    assert (out / "started.txt").read_text().split()[-1] == "ecppack"
-    assert len((out / "started.txt").read_text().split()) == 6
+    assert (out / "started.txt").read_text().split() == [
+        "yosys", "2", "3", "ecppack", "4", "ecppack"]
 
 
 def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
