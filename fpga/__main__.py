@@ -39,7 +39,7 @@ TOOL_TIMEOUT_S = 3600.0
 #: three (3 of 9 at speed 6, 3 of 10 at speed 8), and these reach three routed seeds at both.
 ECP5_SPARE_SEEDS = list(range(4, 11))
 #: The board build tries the top's first seed and this many of the spares: a 512-bit board
-#: run takes half an hour or more, and its congestion differs little from seed to seed.
+#: run takes half an hour or less, and both seeds tried on the current harness routed.
 BOARD_SPARES = 3
 
 
