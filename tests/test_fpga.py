@@ -295,10 +295,14 @@ def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypa
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
 
     def run():
+        messages.clear()
         return measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1, 2, 3],
-                       spare_seeds=[4, 5], log=lambda m: None, jobs=2)["grades"]["s6"]
+                       spare_seeds=[4, 5], log=messages.append, jobs=2)["grades"]["s6"]
 
+    messages = []
     entry = run()
+    assert sorted(m for m in messages if m.endswith("placing and routing")) == [
+        f"ecp5: m: LFE5U-85F speed 6, seed {seed}: placing and routing" for seed in (1, 2, 3, 4)]
     assert [(s["seed"], s.get("fmax_mhz"), s.get("diverged")) for s in entry["seeds"]] == [
         (1, 101.0, None), (2, None, True), (3, 103.0, None), (4, 104.0, None)]
     assert "overused wires down to 120 at iteration 3, back up to 400 at iteration 13" in \
@@ -312,6 +316,8 @@ def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypa
         (1, 101.0, None), (2, None, True), (3, 103.0, None), (4, 104.0, None)]
     assert "an earlier run" in again["seeds"][1]["error"]
     assert sorted((tmp_path / "started.txt").read_text().split()) == ["1", "2", "3", "4"]
+    assert not [m for m in messages if m.endswith("placing and routing")]
+    assert "ecp5: m: LFE5U-85F speed 6, seed 3: 103.0 MHz (kept from an earlier run)" in messages
 
 
 def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypatch, tmp_path):
