@@ -123,7 +123,7 @@ combiner-eval: traces
 # policy (about 10 minutes on 2 cores). Re-run only when the code it depends on changes.
 TRAIN_SOURCES := golden/hooks.py golden/runtime.py golden/train_check.py \
                  $(wildcard golden/profiles/*.toml) golden/gbinary.py golden/gternary.py \
-                 golden/lines.py golden/formats.py golden/workloads.py golden/roles.py
+                 golden/lines.py golden/formats.py golden/params.py golden/workloads.py golden/roles.py
 
 train-check: $(BUILD)/train/report.json
 

@@ -2,9 +2,10 @@
 
 Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/report.md``):
 
-- ``ecp5``: the default configuration: the controller top and every block (and the
-  write-combining accumulator) out of context on both speed grades, gate equivalents, a
-  ULX3S board build of the top, the measured latency and the timing model;
+- ``ecp5``: the default configuration: the controller top (once per ``--tile-lanes``
+  value) and every block (and the write-combining accumulator) out of context on both
+  speed grades, gate equivalents, a ULX3S board build of the top, the measured latency and
+  the timing model;
 - ``sweep``: the controller top over LINE_BITS x MAX_WORKERS (and DEPTH), a table and a plot;
 - ``timing-model``: the measured latency and the timing model alone (from the Fmax already
   in the report, or ``--clock-mhz``);
@@ -26,9 +27,9 @@ import time
 import traceback
 
 from ..golden.params import PRESETS, FabricParams
+from ..hw.controller import GROUP_LANES, TILE_LANES
 from . import report as _report
-from .ecp5 import GRADES, TOP_PLACER, TOP_SLOT_BANK_BITS, NotRun, ToolError, measure, \
-    port_registers
+from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers
 
 TARGETS = {"fmax_mhz": {"s6": 175.0, "s8": 250.0}, "lut4": 10_000}
 ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
@@ -78,13 +79,15 @@ def _tools():
     return ", ".join(f"{k} {v}" for k, v in versions.items())
 
 
-def _factories(params, *, with_top=True, slot_bank_bits=None):
+def _factories(params, *, with_top=True, tile_lanes=TILE_LANES):
     """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner;
-    the controller top keeps its slot rows in banks of ``slot_bank_bits`` (None: one memory)."""
-    from ..gen.verilog import MAX_READS
+    the lane tile and the controller top have ``tile_lanes`` line bits per tile."""
+    from ..gen.verilog import MAX_READS, lane_tile_tag
     from ..hw.combiner import WriteCombiner
+    from ..hw.control_plane import ControlPlane
     from ..hw.controller import Controller
     from ..hw.csr import CSRBlock
+    from ..hw.lane_tile import LaneTile
     from ..hw.passthrough import Fp32Passthrough
     from ..hw.sign_count import SignCountEngine
     from ..hw.ternary_gate import TernaryGateEngine
@@ -100,72 +103,68 @@ def _factories(params, *, with_top=True, slot_bank_bits=None):
                         lambda: Fp32Passthrough(line_bits=p.line_bits, max_reads=MAX_READS)),
         "csr_block": (f"nfabric_csr_{p.name}", lambda: CSRBlock(regmap=register_map(p))),
         "write_combiner": ("nfabric_write_combiner", lambda: WriteCombiner()),
+        "lane_tile": (f"nfabric_lane_tile_{lane_tile_tag(p, tile_lanes=tile_lanes)}",
+                      lambda: LaneTile(tile_lanes=tile_lanes, group_lanes=GROUP_LANES,
+                                       max_workers=p.max_workers, counter_bits=p.counter_bits,
+                                       rows=p.num_windows * p.depth)),
+        "control_plane": (f"nfabric_control_plane_{p.name}", lambda: ControlPlane(params=p)),
     }
     if with_top:
         out["controller"] = (f"nfabric_{p.name}",
-                             lambda: Controller(params=p, max_reads=MAX_READS,
-                                                slot_bank_bits=slot_bank_bits))
+                             lambda: Controller(params=p, tile_lanes=tile_lanes,
+                                                max_reads=MAX_READS))
     return out
 
 
-def _measure_block(factory, module, work, *, grades, seeds, args, placer="heap",
-                   spare_seeds=()):
+def _measure_block(factory, module, work, *, grades, seeds, args, spare_seeds=()):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
                    ports=wrapped.ports, log=_log, timeout=args.timeout or None, jobs=args.jobs,
-                   cached_only=args.cached_only, placer=placer, spare_seeds=spare_seeds)
+                   cached_only=args.cached_only, spare_seeds=spare_seeds)
 
 
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
 
 
-def _memory_note(params, record, slot_bank_bits=None):
-    """What Yosys did with the slot and bitmap memories, and the block RAM they need."""
+def _memory_note(params, record, tile_lanes):
+    """The block RAM the tiled top needs, from the parameters, against what synthesis used.
+
+    Returns ``(text, needed, mapped)``: ``needed`` DP16KD at most for the slot rows and the
+    bitmaps, ``mapped`` how Yosys mapped each memory (by its name).
+    """
     log = pathlib.Path(record["work"]) / "synth.log"
     mapped = {memory: _MAPPED_AS.get(rule, f"by {rule}") for memory, rule in
               _MAPPING.findall(log.read_text(encoding="utf-8", errors="replace"))} \
         if log.is_file() else {}
     p = params
     rows = p.num_windows * p.depth
-    row_bits = p.line_bits * p.counter_bits
+    tiles = p.line_bits // tile_lanes
+    row_bits = tile_lanes * p.counter_bits
     # DP16KD: 512 x 36 as a pseudo-dual-port memory (one read, one write port); deeper
     # memories stack blocks.
-    slots = math.ceil(row_bits / 36) * math.ceil(rows / 512)
+    per_tile = math.ceil(row_bits / 36) * math.ceil(rows / 512)
     shapes = [(16384 // w, w) for w in (1, 2, 4, 9, 18, 36)]
-
-    def blocks(width):  # DP16KD for one memory of ``rows`` x ``width``, in its best shape
-        return min(math.ceil(width / w) * math.ceil(rows / d) for d, w in shapes)
-
-    bitmap = blocks(p.max_workers)
+    # The bitmaps in the DP16KD shape that needs the fewest blocks.
+    bitmap = min(math.ceil(p.max_workers / w) * math.ceil(rows / d) for d, w in shapes)
+    needed = tiles * per_tile + bitmap
     used = record.get("cells", {}).get("dp16kd")
     unmapped = "to flip-flops (no memory rule applied)"
-    text = (f"Slot memory: {rows} rows x {row_bits} bits ({rows * row_bits:,} bits), mapped "
-            f"{mapped.get('slots', mapped.get('slots_0', unmapped))}; the contribution "
-            f"bitmap: {rows} x {p.max_workers} bits, mapped {mapped.get('bitmaps', unmapped)}. "
-            f"A row is read whole every cycle, so the slot memory needs at least "
-            f"ceil({row_bits}/36) = {math.ceil(row_bits / 36)} DP16KD in 512 x 36 mode per "
-            f"512 rows ({slots} here) and the bitmap {bitmap}: {slots + bitmap} in all; "
-            f"synthesis used {used}.")
-    if slot_bank_bits:
-        banks = math.ceil(row_bits / slot_bank_bits)
-        text += (f" The rows are split into {banks} banks of {slot_bank_bits} bits, "
-                 f"{banks * blocks(slot_bank_bits)} DP16KD: more block RAM than the least, "
-                 f"so that the row spreads over more of the die and routes.")
-    text += (f" The blocks are width-bound: {rows} of their rows are used, so more DEPTH "
-             f"costs no block RAM until a block is full.")
-    return text, slots + bitmap, mapped
+    text = (f"Block RAM: {rows} rows (NUM_WINDOWS x DEPTH). Each of the {tiles} lane tiles "
+            f"keeps its lanes' slot rows, {tile_lanes} x {p.counter_bits} = {row_bits} bits, "
+            f"mapped {mapped.get('slots', unmapped)}; a row is read whole every cycle, so a "
+            f"tile needs ceil({row_bits}/36) = {math.ceil(row_bits / 36)} DP16KD in 512 x 36 "
+            f"mode per 512 rows ({per_tile} here), {tiles * per_tile} for the row of tiles. "
+            f"The control plane's contribution bitmaps, {rows} x {p.max_workers} bits, "
+            f"mapped {mapped.get('bitmaps', unmapped)}, need {bitmap} at most: {needed} in "
+            f"all; synthesis used {used}. The blocks are width-bound: {rows} of their rows "
+            f"are used, so more DEPTH costs no block RAM until a block is full.")
+    return text, needed, mapped
 
 
 #: Yosys's memory mapping rules for ECP5, in words.
 _MAPPED_AS = {"$__PDPW16KD_": "to DP16KD block RAM in 512 x 36 mode",
               "$__DP16KD_": "to DP16KD block RAM",
               "$__TRELLIS_DPR16X4_": "to distributed RAM (TRELLIS_DPR16X4)"}
-
-
-def _slot_banks(args):
-    """The tops' slot bank width: ``--slot-bank-bits``, else the flow's; None for one memory."""
-    bits = TOP_SLOT_BANK_BITS if args.slot_bank_bits is None else args.slot_bank_bits
-    return bits or None
 
 
 def _spares(args, default, *, used):
@@ -175,9 +174,9 @@ def _spares(args, default, *, used):
     return [seed for seed in default if seed not in used]
 
 
-def _top_folder(name, banks):
-    """A top's work folder: banked tops apart, so runs of one memory are kept."""
-    return name if banks is None else f"{name}_b{banks}"
+def _top_folder(name, tile_lanes):
+    """A top's work folder: one per tile width, so the runs of each are kept."""
+    return f"{name}_t{tile_lanes}"
 
 
 def _board_target(top, board_mhz):
@@ -266,31 +265,43 @@ def cmd_ecp5(args):
     spares = _spares(args, [] if args.quick else ECP5_SPARE_SEEDS, used=seeds + top_seeds)
     out = args.out
     work = out / "work" / params.name
+    # The first tile width is the default configuration's: its top is ``top``, and its lane
+    # tile, gate equivalents and board build are the report's. The others are ``other_tops``.
+    tile_lanes = list(dict.fromkeys(args.tile_lanes)) or [TILE_LANES]
+    tops = []
+    for lanes in tile_lanes:  # built before any run, so that a bad width is refused at once
+        module, factory = _factories(params, tile_lanes=lanes)["controller"]
+        tops.append((lanes, module, factory()))
+    factories = _factories(params, tile_lanes=tile_lanes[0])
     report = _report.load(out)
-    banks = _slot_banks(args)
-    factories = _factories(params, slot_bank_bits=banks)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
                "top_seeds": top_seeds, "spare_seeds": spares,
-               "slot_bank_bits": banks,
+               "tile_lanes": tile_lanes[0],
                "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
                "date": datetime.date.today().isoformat(), "quick": args.quick,
                "blocks": {}, "gates": {}}
     previous = report.get("default", {})
     report["default"] = default
 
-    module, factory = factories["controller"]
-    top_work = work / _top_folder("controller", banks)
-    _log(f"ecp5: controller top {module}: {len(grades)} grade(s) x {len(top_seeds)} "
-         f"seed(s), work in {top_work}")
-    top = _measure_block(factory, module, top_work, grades=grades, seeds=top_seeds,
-                         args=args, placer=TOP_PLACER, spare_seeds=spares)
-    default["top"] = top
-    if "cells" in top:
-        note, needed, mapped = _memory_note(params, top, banks)
-        top["memory"], top["memory_mapping"] = note, mapped
-        default["targets"]["bram_needed"] = needed
-    _finish(out, report, "ecp5")
+    for index, (lanes, module, design) in enumerate(tops):
+        top_work = work / _top_folder("controller", lanes)
+        _log(f"ecp5: controller top {module}, TILE_LANES {lanes}: {len(grades)} grade(s) x "
+             f"{len(top_seeds)} seed(s), work in {top_work}")
+        top = _measure_block(lambda: design, module, top_work, grades=grades,
+                             seeds=top_seeds, args=args, spare_seeds=spares)
+        top["tile_lanes"] = lanes
+        if "cells" in top:
+            top["memory"], needed, top["memory_mapping"] = _memory_note(params, top, lanes)
+            top["bram_needed"] = needed
+        if index == 0:
+            default["top"] = top
+            if "bram_needed" in top:
+                default["targets"]["bram_needed"] = top["bram_needed"]
+        else:
+            default.setdefault("other_tops", []).append(top)
+        _finish(out, report, "ecp5")
+    top = default["top"]
 
     if not args.no_blocks:
         for role, (module, factory) in factories.items():
@@ -304,8 +315,8 @@ def cmd_ecp5(args):
 
     if not args.no_gates:
         from .gates import count_gates
-        # Technology independent: the slot rows are one memory (SRAM bits) whatever the banks.
-        for role, (module, factory) in _factories(params).items():
+        # Technology independent: memories are SRAM bits, counted apart.
+        for role, (module, factory) in factories.items():
             _log(f"gates: {role} ({module})")
             try:
                 default["gates"][role] = count_gates(factory(), module=module,
@@ -321,14 +332,14 @@ def cmd_ecp5(args):
     if not args.no_board and not args.quick:
         target = _board_target(top, args.board_mhz)
         module, factory = factories["controller"]
-        board = _build_board(factory, out=work / _top_folder("board", banks),
+        board = _build_board(factory, out=work / _top_folder("board", tile_lanes[0]),
                              target_mhz=target, seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
                              timeout=args.timeout or None, cached_only=args.cached_only)
         if board is not None:
             default["board"] = board
             _finish(out, report, "board")
         elif (previous.get("board") and previous.get("name") == params.name
-                and previous.get("slot_bank_bits") == banks):
+                and previous.get("tile_lanes") == tile_lanes[0]):
             default["board"] = previous["board"]  # from the cache only, and not in it
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
@@ -357,7 +368,7 @@ def cmd_sweep(args):
     for d in depths[1:]:  # DEPTH matters for block RAM: vary it at the widest point only
         points.append(dict(line_bits=max(line_bits), max_workers=max(workers), depth=d))
     out = args.out
-    banks = _slot_banks(args)
+    tile_lanes = args.tile_lanes
     report = _report.load(out)
     done = {(p["params"]["line_bits"], p["params"]["max_workers"], p["params"]["depth"]): p
             for p in report.get("sweep", []) if args.resume}
@@ -371,8 +382,7 @@ def cmd_sweep(args):
         wanted = grades if point["line_bits"] in placed else []
         if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
                 and not any("error" in e for e in kept.get("grades", {}).values())
-                and (not wanted or kept.get("placer") == TOP_PLACER)
-                and kept.get("slot_bank_bits") == banks):
+                and kept.get("tile_lanes") == tile_lanes):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
             continue
@@ -384,18 +394,18 @@ def cmd_sweep(args):
         _log(f"sweep: [{index}/{len(points)}] {params.name}, "
              f"{time.perf_counter() - started:.0f} s so far")
         try:
-            record = _measure_block(lambda: Controller(params=params, max_reads=MAX_READS,
-                                                       slot_bank_bits=banks),
+            record = _measure_block(lambda: Controller(params=params, tile_lanes=tile_lanes,
+                                                       max_reads=MAX_READS),
                                     f"nfabric_{params.name}", out / "work" / params.name /
-                                    _top_folder("controller", banks), seeds=seeds,
+                                    _top_folder("controller", tile_lanes), seeds=seeds,
                                     grades=grades if params.line_bits in placed else [],
-                                    args=args, placer=TOP_PLACER, spare_seeds=spares)
+                                    args=args, spare_seeds=spares)
         except Exception as error:  # keep going: record the failure and move on
             record = {"module": f"nfabric_{params.name}", "error":
                       f"{type(error).__name__}: {error}", "trace": traceback.format_exc()}
             _log(f"sweep: {params.name}: failed: {error}")
         record["params"] = params.as_dict()
-        record["slot_bank_bits"] = banks
+        record["tile_lanes"] = tile_lanes
         report["sweep"].append(record)
         _finish(out, report, "sweep")
     _finish(out, report, "sweep")  # also the points kept after the last one measured
@@ -453,9 +463,6 @@ def _parser():
         p.add_argument("--cached-only", action="store_true",
                        help="start no place and route: report the runs already in OUT/work/ "
                             "(the board's too) and mark the others `not run`")
-        p.add_argument("--slot-bank-bits", type=int, default=None,
-                       help=f"block RAM bank width of the controller tops' slot rows; 0 for "
-                            f"one memory (default: {TOP_SLOT_BANK_BITS})")
 
     def params(p):
         for name in ("line_bits", "max_workers", "depth", "num_windows"):
@@ -467,6 +474,10 @@ def _parser():
     e.add_argument("--top-seeds", type=_ints,
                    help="placement seeds of the controller top, which costs the most "
                         "(default: --seeds)")
+    e.add_argument("--tile-lanes", type=_ints, default=[TILE_LANES],
+                   help=f"line bits per lane tile of the controller top, comma-separated: "
+                        f"the top is measured once per value, each in its own work folder; "
+                        f"the first is the default configuration's (default: {TILE_LANES})")
     params(e)
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")
@@ -481,6 +492,8 @@ def _parser():
     s.add_argument("--max-workers", type=_ints, help="MAX_WORKERS values (default: 4,8,16)")
     s.add_argument("--depths", type=_ints,
                    help="DEPTH values; the first for the grid, the others at the widest point")
+    s.add_argument("--tile-lanes", type=int, default=TILE_LANES,
+                   help="line bits per lane tile of the tops (default: %(default)s)")
     s.add_argument("--synth-only", action="store_true",
                    help="area from synthesis only, no place and route (no Fmax)")
     s.add_argument("--place-line-bits", type=_ints,

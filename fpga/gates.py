@@ -13,7 +13,7 @@ import pathlib
 
 from amaranth.back import rtlil
 
-from .ecp5 import ToolError, cached_run
+from .ecp5 import PREPARE, ToolError, cached_run
 
 __all__ = ["TRANSISTORS_PER_NAND2", "CELL_TRANSISTORS", "count_gates", "gate_equivalents"]
 
@@ -21,7 +21,7 @@ TRANSISTORS_PER_NAND2 = 4
 #: Transistors per cell in Yosys's ``cmos`` cost model (the cells ``abc -g cmos2`` emits).
 CELL_TRANSISTORS = {"$_NOT_": 2, "$_NAND_": 4, "$_NOR_": 4, "$_DFF_P_": 16}
 
-_SCRIPT = ("read_rtlil design.il; hierarchy -top {module}; proc; opt_clean -purge; "
+_SCRIPT = ("read_rtlil design.il; hierarchy -top {module}; " + PREPARE + "; "
            "synth -flatten -top {module} -run begin:fine; "
            "memory_unpack; tee -q -o ge_memories.json stat -json; memory_collect; "
            "opt -fast -full; techmap; opt -fast; dfflegalize -cell $_DFF_P_ 01; "

@@ -8,6 +8,7 @@ and the plots from the whole file, so the note always shows everything measured 
 
 import json
 import pathlib
+import statistics
 
 __all__ = ["load", "save", "markdown", "plot_sweep", "render"]
 
@@ -127,8 +128,8 @@ def _targets(top, targets):
                      "met" if u["lut4"] <= targets["lut4"] else "missed"])
         need = targets.get("bram_needed")
         if need is not None:
-            rows.append(["block RAM", f"{need} DP16KD (slot rows)", f"{u['bram']} DP16KD",
-                         "met" if u["bram"] <= need else "missed"])
+            rows.append(["block RAM", f"{need} DP16KD (slot rows, bitmaps)",
+                         f"{u['bram']} DP16KD", "met" if u["bram"] <= need else "missed"])
     return _table(["target", "goal", "measured", ""], rows)
 
 
@@ -232,19 +233,43 @@ def _seed_text(default):
     return seeds
 
 
-def _placer_text(default):
-    """Which nextpnr placer placed the top and which the blocks (records before the choice
-    existed were all placed by HeAP)."""
-    top = default["top"].get("placer", "heap")
-    blocks = sorted({b.get("placer", "heap") for b in default.get("blocks", {}).values()})
-    if not blocks or blocks == [top]:
-        return f"nextpnr's `{top}` placer"
-    return (f"nextpnr's `{top}` placer for the controller top, "
-            f"`{'`, `'.join(blocks)}` for the blocks")
+def _tiles_text(default):
+    """The datapath's tiling, in words (nothing for a report from before the tiles)."""
+    lanes = default.get("tile_lanes")
+    if not lanes:
+        return ""
+    others = [top["tile_lanes"] for top in default.get("other_tops", [])]
+    also = (f"; the top is also measured with TILE_LANES "
+            f"{', '.join(str(t) for t in others)} (the table by TILE_LANES)" if others else "")
+    return (f"The datapath is a row of {default['params']['line_bits'] // lanes} lane tiles of "
+            f"{lanes} line bits each (TILE_LANES {lanes}){also}. ")
 
 
-def _banks_text(bits):
-    return "one memory" if not bits else f"{bits}-bit block RAM banks"
+def _median_seconds(entry):
+    """The median place-and-route seconds of a grade's routed seeds, or None."""
+    seconds = [s["seconds"] for s in entry.get("seeds", [])
+               if s.get("fmax_mhz") is not None and s.get("seconds") is not None]
+    return statistics.median(seconds) if seconds else None
+
+
+def _tile_lanes_section(tops):
+    """The controller top at each TILE_LANES measured: Fmax, area, place-and-route time."""
+    rows = []
+    for top in sorted(tops, key=lambda t: t["tile_lanes"]):
+        lanes = top["tile_lanes"]
+        if "error" in top and not top.get("grades"):
+            rows.append([lanes, "-", f"failed: {top['error'][:80]}", *["-"] * 4])
+            continue
+        for entry in top["grades"].values():
+            u = _placed_or_synthesized(entry, top)["utilization"]
+            seconds = _median_seconds(entry)
+            rows.append([lanes, _grade_label(entry), _fmax_text(entry),
+                         _pct(u["lut4"], u["lut4_pct"]) if u else "-",
+                         _pct(u["ff"], u["ff_pct"]) if u else "-",
+                         _pct(u["bram"], u["bram_pct"]) if u else "-",
+                         "-" if seconds is None else f"{seconds:,.0f}"])
+    return _table(["TILE_LANES", "part", "Fmax MHz, median (seeds)", "LUT4 (% of part)",
+                   "FF (% of part)", "DP16KD (%)", "place and route, s (median)"], rows)
 
 
 def markdown(report):
@@ -256,8 +281,8 @@ def markdown(report):
         out += [f"Configuration `{d['name']}`: LINE_BITS {p['line_bits']}, MAX_WORKERS "
                 f"{p['max_workers']}, counters {p['counter_bits']} bits, DEPTH {p['depth']}, "
                 f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
-                f"Slot rows in {_banks_text(d.get('slot_bank_bits'))}. "
-                f"Out of context, every port registered, placed by {_placer_text(d)} and "
+                f"{_tiles_text(d)}"
+                f"Out of context, every port registered, placed by nextpnr's HeAP placer and "
                 f"routed by router2; Fmax is the median over seeds "
                 f"{_seed_text(d)}; utilization from the median seed's "
                 f"synthesis. LUT4 counts include the two LUT4s in each carry cell; FF excludes "
@@ -267,6 +292,12 @@ def markdown(report):
                 "", "Targets:", "", _targets(d["top"], d["targets"]), ""]
         if d["top"].get("memory"):
             out += [d["top"]["memory"], ""]
+        if d.get("other_tops"):
+            out += ["### By TILE_LANES", "",
+                    "The controller top with each tile width measured (the same seeds); "
+                    "place and route is the median over the routed seeds of the seconds one "
+                    "nextpnr run took.", "",
+                    _tile_lanes_section([d["top"], *d["other_tops"]]), ""]
         if d.get("blocks"):
             out += ["## Blocks", "", _block_section("Each block out of context", d["blocks"]),
                     "", "Critical paths:", "", _critical_paths(d["blocks"]), ""]
@@ -281,17 +312,16 @@ def markdown(report):
     if "timing_model" in report:
         out += ["## Timing model", "", _timing_section(report["timing_model"]), ""]
     if report.get("sweep"):
-        placers = sorted({point.get("placer", "heap") for point in report["sweep"]
-                          if point.get("grades")})
-        placed_by = f", placed by nextpnr's `{'`, `'.join(placers)}` placer" if placers else ""
-        banks = sorted({_banks_text(point.get("slot_bank_bits")) for point in report["sweep"]})
+        lanes = sorted({point["tile_lanes"] for point in report["sweep"]
+                        if point.get("tile_lanes")})
+        tiles = (f"; TILE_LANES {' or '.join(str(t) for t in lanes)}" if lanes else "")
         spares = report.get("sweep_spare_seeds")
         spare_text = (f" (spare seeds {', '.join(str(s) for s in spares)} replace one that "
                       f"fails)" if spares else "")
         out += ["## Sweep", "", f"Seeds {', '.join(str(s) for s in report['sweep_seeds'])}"
                 f"{spare_text}; "
-                f"the controller top, every port registered{placed_by}; slot rows in "
-                f"{' or '.join(banks)}.", "",
+                f"the controller top, every port registered, placed by nextpnr's HeAP "
+                f"placer{tiles}.", "",
                 _sweep_section(report["sweep"]), ""]
         if report.get("sweep_plot"):
             out += [f"![area and Fmax]({pathlib.Path(report['sweep_plot']).name})", ""]

@@ -3,7 +3,8 @@
 Each block is converted on its own (and the controller top with its blocks inside it):
 Amaranth writes RTLIL without source locations; Yosys turns processes into plain logic,
 drops alias wires and writes Verilog without attributes. Module names carry the
-parameters (``nfabric_l512_w16_c5_d64_n2``, its submodules ``nfabric_l512_..._n2__sign_count``).
+parameters (``nfabric_l512_w16_c5_d64_n2``), its submodules' names theirs after two
+underscores at each level (``nfabric_l512_..._n2__tile_0__g0_fold_sign_count``).
 The same inputs give byte-identical files, whatever the folder.
 """
 
@@ -25,13 +26,16 @@ from amaranth.lib import data, wiring
 
 from ..golden.params import FabricParams
 from ..golden.regmap import register_map
-from ..hw.controller import LATENCY, Controller
+from ..hw.control_plane import ControlPlane
+from ..hw.controller import GROUP_LANES, LATENCY, TILE_LANES, Controller
 from ..hw.csr import CSRBlock
+from ..hw.lane_tile import LaneTile
 from ..hw.passthrough import Fp32Passthrough
 from ..hw.sign_count import SignCountEngine
 from ..hw.ternary_gate import TernaryGateEngine
 
-__all__ = ["Block", "blocks", "yosys_binary", "to_verilog", "generate", "MANIFEST_VERSION"]
+__all__ = ["Block", "blocks", "lane_tile_tag", "yosys_binary", "to_verilog", "generate",
+           "MANIFEST_VERSION"]
 
 MANIFEST_VERSION = 1
 #: Memory reads in flight on the FP32 path in generated tops.
@@ -46,6 +50,14 @@ class Block:
     component: wiring.Component
 
 
+def lane_tile_tag(params, *, tile_lanes=TILE_LANES, group_lanes=GROUP_LANES):
+    """The parameters in a lane tile's module name: ``t32_g8_w16_c5_r128`` (tile and group
+    lanes, MAX_WORKERS, counter bits, rows); a tile has no LINE_BITS."""
+    p = params
+    return (f"t{tile_lanes}_g{group_lanes}_w{p.max_workers}_c{p.counter_bits}"
+            f"_r{p.num_windows * p.depth}")
+
+
 def blocks(params, *, max_reads=MAX_READS):
     """The blocks of ``params``, the controller top last."""
     p = params
@@ -57,6 +69,11 @@ def blocks(params, *, max_reads=MAX_READS):
         Block("passthrough", f"nfabric_passthrough_l{p.line_bits}_r{max_reads}",
               Fp32Passthrough(line_bits=p.line_bits, max_reads=max_reads)),
         Block("csr_block", f"nfabric_csr_{p.name}", CSRBlock(regmap=register_map(p))),
+        Block("lane_tile", f"nfabric_lane_tile_{lane_tile_tag(p)}",
+              LaneTile(tile_lanes=TILE_LANES, group_lanes=GROUP_LANES,
+                       max_workers=p.max_workers, counter_bits=p.counter_bits,
+                       rows=p.num_windows * p.depth)),
+        Block("control_plane", f"nfabric_control_plane_{p.name}", ControlPlane(params=p)),
         Block("controller", f"nfabric_{p.name}", Controller(params=p, max_reads=max_reads)),
     ]
 
@@ -77,10 +94,12 @@ def yosys_binary():
 
 
 def to_verilog(component, *, module):
-    """Verilog of ``component`` as module ``module`` (submodules ``<module>__<name>``)."""
+    """Verilog of ``component`` as module ``module`` (submodules ``<module>__<name>``, theirs
+    ``<module>__<name>__<name>``)."""
     text = rtlil.convert(component, name=module, emit_src=False)
-    # Amaranth names submodules "<top>.<name>"; make them plain Verilog identifiers.
-    text = text.replace(f"\\{module}.", f"\\{module}__")
+    # Amaranth names submodules "<top>.<name>.<name>"; make them plain Verilog identifiers.
+    text = re.sub(rf"\\{re.escape(module)}\.(\S+)",
+                  lambda match: f"\\{module}__{match.group(1).replace('.', '__')}", text)
     with tempfile.TemporaryDirectory(prefix="nfabric-gen-") as work:
         pathlib.Path(work, "design.il").write_text(text, encoding="utf-8")
         # YoWASP tools see relative paths only: run in the folder. `proc` turns processes

@@ -19,9 +19,7 @@ __all__ = [
     "default_counter_bits",
     "count_limit",
     "sum_limit",
-    "padded_lane_bits",
     "route_lanes",
-    "readout_lane_bits",
     "readout_route",
     "check_readout",
     "check_readout_lines",
@@ -42,12 +40,17 @@ class Route(enum.IntEnum):
 
 
 class Readout(enum.IntEnum):
-    """What a read of a complete slot returns (the CSR encoding is the value)."""
-    SIGN    = 0  #: G-Binary: 1 bit per lane, 1 = majority negative, ties read 0
-    TERNARY = 1  #: G-Binary: 2-bit majority code per lane, ties read 0
-    COUNTS  = 2  #: G-Binary: raw counters, padded to 4, 8 or 16 bits
-    GATED   = 3  #: G-Ternary: 2-bit code of sign(S) where |S| >= GATE, else 0
-    SUMS    = 4  #: G-Ternary: raw signed sums, two's complement, padded
+    """What a read of a complete slot returns (the CSR encoding is the value).
+
+    Every readout line keeps G-Binary lane ``i`` at line bit ``i`` and G-Ternary lane ``t``
+    at line bits ``2t`` and ``2t + 1``, where the lane's written bits arrive; a wide value
+    is spread over several lines as bit-planes, least significant first.
+    """
+    SIGN    = 0  #: G-Binary, 1 line: 1 = majority negative, ties read 0
+    TERNARY = 1  #: G-Binary, 2 lines: the SIGN line, then 1 where the lane is not a tie
+    COUNTS  = 2  #: G-Binary, C lines: line k holds bit k of every counter
+    GATED   = 3  #: G-Ternary, 1 line: 2-bit code of sign(S) where |S| >= GATE, else 0
+    SUMS    = 4  #: G-Ternary, ceil((C+1)/2) lines: line k holds bits 2k, 2k+1 of every sum
 
 
 READOUTS_BY_ROUTE = {
@@ -93,29 +96,9 @@ def sum_limit(max_workers, counter_bits):
     return min(max_workers, count_limit(counter_bits))
 
 
-def padded_lane_bits(bits):
-    """The readout lane width for a ``bits``-wide value: 4, 8 or 16, the smallest that holds it."""
-    for padded in (4, 8, 16):
-        if bits <= padded:
-            return padded
-    raise ValueError(f"bits must be at most 16 (the widest readout lane), not {bits!r}")
-
-
 def route_lanes(route, line_bits):
     """Lanes per written line: ``line_bits`` for G-Binary, ``line_bits // 2`` for G-Ternary."""
     return line_bits if Route(route) is Route.GBINARY else line_bits // 2
-
-
-def readout_lane_bits(readout, counter_bits):
-    """Bits per lane in a readout."""
-    readout = Readout(readout)
-    if readout is Readout.SIGN:
-        return 1
-    if readout in (Readout.TERNARY, Readout.GATED):
-        return 2
-    if readout is Readout.COUNTS:
-        return padded_lane_bits(counter_bits)
-    return padded_lane_bits(counter_bits + 1)  # SUMS: one more bit for the sign
 
 
 def readout_route(readout):
@@ -127,10 +110,23 @@ def readout_route(readout):
     raise AssertionError(readout)  # every Readout is listed above
 
 
-def readout_lines_per_slot(readout, *, line_bits, counter_bits):
-    """How many response lines one slot's readout takes (``last`` is set on the final one)."""
-    lanes = route_lanes(readout_route(readout), line_bits)
-    return lanes * readout_lane_bits(readout, counter_bits) // line_bits
+def readout_lines_per_slot(readout, *, counter_bits):
+    """How many response lines one slot's readout takes (``last`` is set on the final one).
+
+    ``SIGN`` and ``GATED`` take 1 line, ``TERNARY`` 2, ``COUNTS`` ``counter_bits`` (one
+    bit-plane per counter bit) and ``SUMS`` ``ceil((counter_bits + 1) / 2)`` (a sum is one bit
+    wider than a counter and a line holds two of its bits per lane). The count does not
+    depend on the line width: every line holds one plane of every lane.
+    """
+    readout = Readout(readout)
+    counter_bits = check_int("counter_bits", counter_bits, low=1)
+    if readout in (Readout.SIGN, Readout.GATED):
+        return 1
+    if readout is Readout.TERNARY:
+        return 2
+    if readout is Readout.COUNTS:
+        return counter_bits
+    return (counter_bits + 2) // 2  # SUMS: ceil((counter_bits + 1) / 2)
 
 
 def check_readout(readout, *, route=None):
@@ -147,11 +143,14 @@ def check_readout(readout, *, route=None):
     return readout
 
 
-def check_readout_lines(lines, *, readout, line_bits, counter_bits):
-    """Reshape readout lines to one row per slot, checking that they hold whole readouts."""
-    per_slot = readout_lines_per_slot(readout, line_bits=line_bits, counter_bits=counter_bits)
+def check_readout_lines(lines, *, readout, counter_bits):
+    """Group readout lines by slot, checking that they hold whole readouts.
+
+    ``lines`` is ``(n_lines, line_bytes)``; returns ``(n_slots, lines_per_slot, line_bytes)``.
+    """
+    per_slot = readout_lines_per_slot(readout, counter_bits=counter_bits)
     if lines.shape[0] % per_slot:
         raise ValueError(
             f"lines must hold whole {Readout(readout).name} readouts of {per_slot} lines each, "
             f"not {lines.shape[0]} lines")
-    return lines.reshape(lines.shape[0] // per_slot, per_slot * lines.shape[1])
+    return lines.reshape(lines.shape[0] // per_slot, per_slot, lines.shape[1])

@@ -10,7 +10,7 @@ import numpy as np
 from . import lines as _lines
 from ._validate import check_array, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, MAX_WORKERS_LIMIT, Readout, Route, check_counter_bits, check_max_workers,
-                      check_readout, check_readout_lines, count_limit, readout_lane_bits)
+                      check_readout, check_readout_lines, count_limit)
 
 __all__ = ["encode", "count_bits", "aggregate", "majority", "readout", "parse_readout", "decode"]
 
@@ -133,12 +133,18 @@ def majority(counts, *, num_workers):
 def readout(counts, *, readout, num_workers, counter_bits):
     """The exact readout lines a complete slot returns, slot after slot.
 
-    - ``SIGN``: 1 bit per lane, 1 when the majority is negative (a tie reads 0); one line.
-    - ``TERNARY``: the 2-bit code of the majority (``01`` +1, ``11`` -1, ``00`` tie); two lines.
-    - ``COUNTS``: the raw counters padded to 4, 8 or 16 bits; that many lines.
+    Every line keeps lane ``i`` at bit ``i``; with ``N`` = ``num_workers``:
 
-    ``counts`` is ``(n_slots, line_bits)``; returns ``(n_slots * k, line_bits // 8)`` ``uint8``
-    where ``k`` lines make one slot's readout.
+    - ``SIGN``, 1 line: bit ``i`` is 1 where the majority is negative (``2n > N``); a tie
+      reads 0.
+    - ``TERNARY``, 2 lines: line 0 is the ``SIGN`` line, line 1 has bit ``i`` set where lane
+      ``i`` is not a tie (``2n != N``). The value is ``line1 * (1 - 2 * line0)``.
+    - ``COUNTS``, ``counter_bits`` lines: line ``k`` holds bit ``k`` of every counter
+      (bit-planes, least significant first).
+
+    ``counts`` is ``(n_slots, line_bits)`` ``uint8``, each at most ``2**counter_bits - 1``;
+    returns ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's
+    readout (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
     """
     counts = _check_counts(counts)
     readout = _check_readout(readout)
@@ -147,14 +153,13 @@ def readout(counts, *, readout, num_workers, counter_bits):
     if counts.size and counts.max() > count_limit(counter_bits):
         raise ValueError(f"counts must be at most {count_limit(counter_bits)} for "
                          f"counter_bits={counter_bits}, not {int(counts.max())}")
-    if readout is Readout.SIGN:  # 1 where the majority is negative; a tie reads 0
-        lanes = majority(counts, num_workers=num_workers) < 0
-    elif readout is Readout.TERNARY:
-        lanes = majority(counts, num_workers=num_workers)
+    if readout is Readout.COUNTS:
+        planes = _lines.pack_planes(counts, planes=counter_bits)
     else:
-        lanes = counts
-    packed = _lines.pack_lanes(lanes, lane_bits=readout_lane_bits(readout, counter_bits))
-    return _lines.split_lines(packed, line_bits=line_bits)
+        values = majority(counts, num_workers=num_workers)
+        bits = [values < 0] if readout is Readout.SIGN else [values < 0, values != 0]
+        planes = _lines.pack_lanes(np.stack(bits, axis=1), lane_bits=1)
+    return planes.reshape(-1, _lines.line_bytes(line_bits))
 
 
 def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
@@ -162,26 +167,37 @@ def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
 
     ``SIGN`` gives the bit (``uint8``, 1 = majority negative), ``TERNARY`` the majority as
     ``int8`` -1/0/+1, ``COUNTS`` the ``uint8`` counts (``counter_bits`` is then required).
-    Raises ``ValueError`` on an invalid ternary code (``10``), which no readout produces.
+
+    Raises ``ValueError`` for lines that are not whole readouts, and for a ``TERNARY``
+    readout with a line-0 (sign) bit set where line 1 says the lane is a tie, which no
+    readout produces.
     """
     lines, line_bits = _lines.check_lines(lines, line_bits=line_bits)
     readout = _check_readout(readout)
-    if readout is Readout.COUNTS and counter_bits is None:
-        raise TypeError("counter_bits is required to parse a COUNTS readout")
-    counter_bits = counter_bits or 1  # only COUNTS depends on it
-    slots = check_readout_lines(lines, readout=readout, line_bits=line_bits, counter_bits=counter_bits)
-    values = _lines.unpack_lanes(slots, lane_bits=readout_lane_bits(readout, counter_bits),
-                                 signed=readout is Readout.TERNARY)
-    if readout is Readout.TERNARY and (values == -2).any():
-        raise ValueError("lines hold an invalid ternary code (0b10), which no readout produces")
-    return values.astype(np.uint8) if readout is Readout.COUNTS else values
+    if readout is Readout.COUNTS:
+        if counter_bits is None:
+            raise TypeError("counter_bits is required to parse a COUNTS readout")
+        counter_bits = check_int("counter_bits", counter_bits, low=1, high=COUNTER_BITS_LIMIT)
+        slots = check_readout_lines(lines, readout=readout, counter_bits=counter_bits)
+        return _lines.unpack_planes(slots)
+    slots = check_readout_lines(lines, readout=readout, counter_bits=1)  # only COUNTS depends on it
+    negative = _lines.unpack_lanes(slots[:, 0], lane_bits=1)
+    if readout is Readout.SIGN:
+        return negative
+    decided = _lines.unpack_lanes(slots[:, 1], lane_bits=1)
+    if (negative > decided).any():
+        slot, lane = (int(x) for x in np.argwhere(negative > decided)[0])
+        raise ValueError(
+            "lines must leave a TERNARY readout's line-0 (sign) bit clear where its line-1 bit "
+            f"is 0 (a tie), not set it at lane {lane} of slot {slot}")
+    return decided.view(np.int8) - 2 * negative.view(np.int8)
 
 
 def decode(lines, *, readout, n_elements, line_bits=512, counter_bits=None):
     """A readout back to a flat tensor of ``n_elements``, padding lanes dropped.
 
     ``SIGN`` decodes to ``int8`` -1/+1 (a tie cannot be told from +1), ``TERNARY`` to ``int8``
-    -1/0/+1, ``COUNTS`` to ``uint8`` counts.
+    -1/0/+1, ``COUNTS`` to ``uint8`` counts. Raises as :func:`parse_readout`.
     """
     values = parse_readout(lines, readout=readout, line_bits=line_bits, counter_bits=counter_bits)
     if _check_readout(readout) is Readout.SIGN:

@@ -13,7 +13,7 @@ from . import lines as _lines
 from ._validate import check_array, check_generator, check_grad, check_int
 from .gbinary import count_bits
 from .formats import (COUNTER_BITS_LIMIT, Readout, Route, check_counter_bits, count_limit, check_max_workers, check_readout,
-                      check_readout_lines, readout_lane_bits, sum_limit)
+                      check_readout_lines, readout_lines_per_slot, sum_limit)
 
 __all__ = ["INVALID_CODE", "encode", "ternarize", "codes", "invalid_lanes", "aggregate", "gate",
            "readout", "parse_readout", "decode"]
@@ -234,10 +234,18 @@ def gate(sums, *, gate):
 def readout(sums, *, readout, gate, counter_bits):
     """The exact readout lines a complete slot returns, slot after slot.
 
-    - ``GATED``: the 2-bit code of the gated value per lane; one line.
-    - ``SUMS``: the raw sums in two's complement, padded to 4, 8 or 16 bits.
+    Every line keeps lane ``t`` at bits ``2t`` and ``2t + 1``, where its code arrives:
 
-    ``sums`` is ``(n_slots, line_bits // 2)``; returns ``(n_slots * k, line_bits // 8)``.
+    - ``GATED``, 1 line: the 2-bit code of the gated value (``sign(S)`` where
+      ``|S| >= gate``, else 0).
+    - ``SUMS``, ``ceil((counter_bits + 1) / 2)`` lines: ``S`` in two's complement with
+      ``counter_bits + 1`` bits; line ``k`` holds bit ``2k`` of lane ``t``'s sum at line bit
+      ``2t`` and bit ``2k + 1`` at line bit ``2t + 1``. When ``counter_bits + 1`` is odd, the
+      last line's bit ``2t + 1`` repeats the sign bit (sign extension).
+
+    ``sums`` is ``(n_slots, line_bits // 2)`` ``int8`` within ``+-(2**counter_bits - 1)``;
+    returns ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's
+    readout (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
     """
     sums = _check_sums(sums)
     readout = _check_readout(readout)
@@ -248,29 +256,56 @@ def readout(sums, *, readout, gate, counter_bits):
         raise ValueError(f"sums must lie within [-{limit}, {limit}] for counter_bits={counter_bits}, "
                          f"not reach {max(int(sums.max()), -int(sums.min()))} in magnitude")
     if readout is Readout.GATED:
-        lanes = _gated(sums, check_int("gate", gate, low=0, high=255))
-    else:
-        lanes = sums
-    packed = _lines.pack_lanes(lanes, lane_bits=readout_lane_bits(readout, counter_bits))
-    return _lines.split_lines(packed, line_bits=line_bits)
+        gated = _gated(sums, check_int("gate", gate, low=0, high=255))
+        return _lines.pack_lanes(gated, lane_bits=LANE_BITS)
+    planes = _lines.pack_planes(sums, lane_bits=LANE_BITS,
+                                planes=readout_lines_per_slot(readout, counter_bits=counter_bits))
+    return planes.reshape(-1, _lines.line_bytes(line_bits))
 
 
 def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
     """Inverse of :func:`readout`: ``int8`` lane values per slot, ``(n_slots, line_bits // 2)``.
 
-    ``SUMS`` needs ``counter_bits``. Raises ``ValueError`` on an invalid code in a ``GATED``
-    readout, which the device never produces.
+    ``SUMS`` needs ``counter_bits``. Raises ``ValueError`` for lines that are not whole
+    readouts and for what the device never produces: an invalid code in a ``GATED``
+    readout; in a ``SUMS`` readout, a last-line sign extension bit that differs from the
+    sign, or a sum beyond ``+-(2**counter_bits - 1)``.
     """
     lines, line_bits = _lines.check_lines(lines, line_bits=line_bits)
     readout = _check_readout(readout)
-    if readout is Readout.SUMS and counter_bits is None:
+    if readout is Readout.GATED:
+        slots = check_readout_lines(lines, readout=readout, counter_bits=1)  # only SUMS depends on it
+        values = _lines.unpack_lanes(slots[:, 0], lane_bits=LANE_BITS, signed=True)
+        if (values == -2).any():
+            raise ValueError("lines hold an invalid ternary code (0b10), which no readout produces")
+        return values
+    if counter_bits is None:
         raise TypeError("counter_bits is required to parse a SUMS readout")
-    counter_bits = counter_bits or 1  # only SUMS depends on it
-    slots = check_readout_lines(lines, readout=readout, line_bits=line_bits, counter_bits=counter_bits)
-    values = _lines.unpack_lanes(slots, lane_bits=readout_lane_bits(readout, counter_bits), signed=True)
-    if readout is Readout.GATED and (values == -2).any():
-        raise ValueError("lines hold an invalid ternary code (0b10), which no readout produces")
-    return values.astype(np.int8)
+    counter_bits = check_int("counter_bits", counter_bits, low=1, high=COUNTER_BITS_LIMIT)
+    slots = check_readout_lines(lines, readout=readout, counter_bits=counter_bits)
+    # Sign-extended from the last line's high bit: a sum whose extension bit (bit C + 1 when
+    # C + 1 is odd) differs from its sign bit C lands outside the C + 1-bit range.
+    values = _lines.unpack_planes(slots, lane_bits=LANE_BITS, signed=True)
+    top = 1 << counter_bits
+    slot, lane = _first((values < -top) | (values >= top))
+    if slot is not None:
+        raise ValueError(
+            f"lines must repeat each sum's sign bit (bit {counter_bits}) in the last line's odd "
+            f"bits (sign extension), not differ from it at lane {lane} of slot {slot}")
+    slot, lane = _first(values == -top)
+    if slot is not None:
+        raise ValueError(
+            f"lines must hold sums within [-{top - 1}, {top - 1}] for counter_bits={counter_bits}, "
+            f"not {-top} at lane {lane} of slot {slot}")
+    return values
+
+
+def _first(bad):
+    """``(slot, lane)`` of the first set entry of a 2-D mask, or ``(None, None)``."""
+    if not bad.any():
+        return None, None
+    slot, lane = np.argwhere(bad)[0]
+    return int(slot), int(lane)
 
 
 def decode(lines, *, readout, n_elements, line_bits=512, counter_bits=None):

@@ -459,8 +459,7 @@ class FabricHook:
             agreement = np.abs(sums.reshape(-1)[:count].astype(np.float32)) / world
             own = None if own is None else own.astype(np.float32)
             device_route = _DeviceRoute.GTERNARY
-        per_slot = readout_lines_per_slot(readout, line_bits=self.line_bits,
-                                          counter_bits=caps.counter_bits)
+        per_slot = readout_lines_per_slot(readout, counter_bits=caps.counter_bits)
         n_lines = -(-count // route_lanes(device_route, self.line_bits))
         self.traffic.count_low_bit(route, count, lines=n_lines, readout_lines=n_lines * per_slot,
                                    world_size=world)

@@ -6,6 +6,9 @@ Lane ``i`` of width ``W`` is bits ``[i*W+W-1 : i*W]`` (Amaranth's ``ArrayLayout`
 Element ``j`` of a flat tensor goes to lane ``j mod L`` of line ``j div L``; the last line is
 padded with a neutral code.
 
+A readout spreads values wider than a lane's place over several lines as bit-planes
+(:func:`pack_planes`): line ``k`` holds digit ``k`` of every value, each at its own lane's bits.
+
 In NumPy a batch of lines is a C-contiguous ``uint8`` array whose last axis holds the
 ``line_bits // 8`` bytes of each line. Every other module packs and unpacks through here.
 """
@@ -21,6 +24,8 @@ __all__ = [
     "pack_lanes",
     "unpack_lanes",
     "interleave_bit_planes",
+    "pack_planes",
+    "unpack_planes",
     "to_lane_grid",
     "from_lane_grid",
     "split_lines",
@@ -140,6 +145,62 @@ def unpack_lanes(data, *, lane_bits, signed=False):
     if lane_bits < 8:
         half = np.int8(1 << (lane_bits - 1))
         values = (values ^ half) - half  # sign-extend from bit lane_bits-1
+    return values
+
+
+def pack_planes(values, *, planes, lane_bits=1):
+    """Split lane values into ``planes`` planes of ``lane_bits``-bit digits, least significant first.
+
+    Plane ``k`` holds bits ``[k*W + W-1 : k*W]`` (``W = lane_bits``) of every value, and
+    value ``i``'s digit sits at bits ``[i*W + W-1 : i*W]`` of the plane, in the order of
+    :func:`pack_lanes`: all of a value's bits stay at its own lane's place in every plane.
+    Negative values split as two's complement, so digits beyond a value's width repeat its
+    sign bit (sign extension); non-negative values are zero-extended.
+
+    ``values`` is an integer array ``(..., n_lanes)``; returns ``uint8`` planes
+    ``(..., planes, n_lanes * lane_bits // 8)``, each a whole number of bytes.
+    """
+    _check_lane_bits(lane_bits)
+    values = np.asarray(values)
+    if not np.issubdtype(values.dtype, np.integer):
+        raise TypeError(f"values must be an integer array, not dtype {values.dtype}")
+    if isinstance(planes, bool) or not isinstance(planes, (int, np.integer)):
+        raise TypeError(f"planes must be an integer, not {planes!r}")
+    if planes < 1:
+        raise ValueError(f"planes must be at least 1, not {planes!r}")
+    n_bytes = values.shape[-1] * lane_bits // 8
+    out = np.empty(values.shape[:-1] + (int(planes), n_bytes), dtype=np.uint8)
+    for k in range(int(planes)):  # NumPy's shift is arithmetic for signed values
+        out[..., k, :] = pack_lanes(values >> (k * lane_bits), lane_bits=lane_bits)
+    return out
+
+
+def unpack_planes(planes, *, lane_bits=1, signed=False):
+    """Inverse of :func:`pack_planes`: planes ``(..., n_planes, n_bytes)`` to lane values.
+
+    Lane ``i``'s value is the digits at its place in every plane, plane 0 least
+    significant: ``n_planes * lane_bits`` bits, at most 16. Returns ``uint8`` (``uint16``
+    above 8 bits) of shape ``(..., n_bytes * 8 // lane_bits)``; with ``signed=True`` the
+    top bit is the sign (two's complement) and the values are ``int8`` (``int16``).
+    """
+    _check_lane_bits(lane_bits)
+    planes = np.ascontiguousarray(planes, dtype=np.uint8)
+    if planes.ndim < 2 or planes.shape[-2] < 1:
+        raise ValueError(f"planes must have a plane axis before the byte axis, not shape {planes.shape}")
+    width = planes.shape[-2] * lane_bits
+    if width > 16:
+        raise ValueError(f"planes must hold at most 16 bits per lane, not {width}")
+    dtype = np.dtype(np.uint8 if width <= 8 else np.uint16)
+    out = unpack_lanes(planes[..., 0, :], lane_bits=lane_bits).astype(dtype)
+    for k in range(1, planes.shape[-2]):
+        digits = unpack_lanes(planes[..., k, :], lane_bits=lane_bits).astype(dtype)
+        out |= digits << dtype.type(k * lane_bits)
+    if not signed:
+        return out
+    values = out.view(np.int8 if dtype == np.uint8 else np.int16)
+    if width < 8 * dtype.itemsize:
+        half = values.dtype.type(1 << (width - 1))
+        values = (values ^ half) - half  # sign-extend from bit width-1
     return values
 
 

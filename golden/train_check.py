@@ -19,7 +19,8 @@ every class is a minority that three of the four workers vote against).
 
 Results go to ``OUT/report.json`` (everything, per arm and per step), ``OUT/report.md`` (the
 table: final accuracy or loss, gap to FP32, traffic as a share of FP32, step time relative to
-FP32, and the targets) and ``OUT/loss_curves.png``.
+FP32, the targets, and the readout lines per slot of the default device) and
+``OUT/loss_curves.png``.
 
 Command line::
 
@@ -52,6 +53,8 @@ from . import roles as _roles
 from . import runtime as _runtime
 from . import workloads as _workloads
 from ._validate import check_int
+from .formats import Readout, readout_lines_per_slot, readout_route, route_lanes
+from .params import FabricParams
 
 __all__ = ["Arm", "ARMS", "QUICK", "TARGETS", "launch", "run", "main"]
 
@@ -358,6 +361,47 @@ def _check_targets(rows):
     return out
 
 
+def _padded_lane_lines(readout, *, line_bits, counter_bits):
+    """Lines per slot in the padded-lane format, the readout format the bit-planes replaced,
+    kept here only for the comparison in the report: each lane's value (1-bit sign, 2-bit
+    code, counter or sum) padded to 1, 2, 4, 8 or 16 bits and packed lane after lane."""
+    value_bits = {Readout.SIGN: 1, Readout.TERNARY: 2, Readout.GATED: 2,
+                  Readout.COUNTS: counter_bits, Readout.SUMS: counter_bits + 1}[Readout(readout)]
+    lane_bits = next(w for w in (1, 2, 4, 8, 16) if value_bits <= w)
+    return route_lanes(readout_route(readout), line_bits) * lane_bits // line_bits
+
+
+def _readout_lines_table(params=None):
+    """Readout lines per slot, padded-lane format against bit-planes, for ``params``
+    (default: the default device, 512-bit lines and 16 workers)."""
+    params = FabricParams() if params is None else params
+    rows = []
+    for readout in Readout:
+        padded = _padded_lane_lines(readout, line_bits=params.line_bits,
+                                    counter_bits=params.counter_bits)
+        planes = readout_lines_per_slot(readout, counter_bits=params.counter_bits)
+        rows.append({"readout": readout.name, "padded_lane_lines": padded,
+                     "bit_plane_lines": planes, "saved_lines": padded - planes})
+    return {"line_bits": params.line_bits, "max_workers": params.max_workers,
+            "counter_bits": params.counter_bits, "rows": rows}
+
+
+def _readout_lines_markdown(table):
+    lines = [f"## Readout lines per slot ({table['line_bits']}-bit lines, "
+             f"{table['max_workers']} workers, {table['counter_bits']}-bit counters)", "",
+             "| readout | padded-lane format | bit-planes | saved |", "|---|---:|---:|---:|"]
+    for row in table["rows"]:
+        saved = row["saved_lines"]
+        share = f" ({100 * saved / row['padded_lane_lines']:.0f}%)" if saved else ""
+        lines.append(f"| {row['readout']} | {row['padded_lane_lines']} | "
+                     f"{row['bit_plane_lines']} | {saved}{share} |")
+    lines += ["", "Padded-lane format: the previous readout format, each lane's counter or sum "
+              "padded to 4, 8 or 16 bits and packed lane after lane. Bit-planes: every line keeps "
+              "each lane at its own bits, line k holding bit k of every counter (two bits of every "
+              "sum for G-Ternary).", ""]
+    return lines
+
+
 def _fmt_share(value):
     return "n/a" if value is None else f"{100 * value:.2f}%"
 
@@ -392,6 +436,7 @@ def _markdown(report):
                          f"{'n/a' if rel is None else f'{rel:.2f}x'} | "
                          f"{row['fallbacks']} / {row['readmits']} |")
         lines.append("")
+    lines += _readout_lines_markdown(report["readout_lines"])
     lines += ["## Targets", "", "| arm | metric | value | bound | met |", "|---|---|---:|---:|---|"]
     for t in report["targets"]:
         points = t["metric"] == "accuracy_gap_points"
@@ -476,7 +521,8 @@ def run(out, *, arms=None, workers=4, seed=0, quick=False, only=None, eval_every
     report = {"workers": workers, "seed": seed, "quick": quick,
               "torch": torch.__version__, "python": sys.version.split()[0],
               "wall_seconds": time.perf_counter() - started,
-              "rows": rows, "targets": _check_targets(rows), "arms": results}
+              "rows": rows, "targets": _check_targets(rows),
+              "readout_lines": _readout_lines_table(), "arms": results}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     (out / "report.md").write_text(_markdown(report))
     _plot(report, out / "loss_curves.png")

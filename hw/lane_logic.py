@@ -4,12 +4,12 @@ A lane's state is a few bits, and there are hundreds of lanes per line. Written 
 and ``>``, each lane gets its own adder and comparators, which synthesis maps to carry
 chains (on ECP5, a CCU2C per two bits, each counting as two LUT4s). Written as the gates
 below, synthesis packs a lane's step and tests into a handful of LUT4s, and the values the
-lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once per line.
+lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, outside.
 """
 
 from amaranth.hdl import C, Cat, Value
 
-__all__ = ["step", "carry_out", "widen"]
+__all__ = ["step", "carry_out", "widen", "read_line"]
 
 
 def step(value, *, up, down):
@@ -46,3 +46,16 @@ def widen(value, width):
     """``value`` zero-extended to ``width`` bits (the constant bits fold away in synthesis)."""
     value = Value.cast(value)
     return Cat(value, C(0, width - len(value))) if width > len(value) else value
+
+
+def read_line(m, p_in, p_out, lines_by_readout):
+    """Drive ``p_out.readout`` with line ``p_in.beat`` of readout ``p_in.readout``: one line
+    per cycle, each bit choosing among its own lane's bits. A beat past the readout's last
+    line, or a readout not listed, reads 0."""
+    with m.Switch(p_in.readout):
+        for readout, lines in lines_by_readout.items():
+            with m.Case(readout):
+                with m.Switch(p_in.beat):
+                    for beat, line in enumerate(lines):
+                        with m.Case(beat):
+                            m.d.comb += p_out.readout.eq(line)

@@ -10,14 +10,15 @@ from amaranth.hdl import C, Cat, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..golden._validate import check_int
 from ..golden.formats import (READOUTS_BY_ROUTE, Readout, Route, check_max_workers,
                               readout_lines_per_slot)
 from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE
 
 __all__ = [
     "vote_layout", "code_layout", "count_layout", "sum_layout",
-    "readout_lines", "max_readout_lines",
-    "check_hw_max_workers", "pad_lanes", "ternary_code", "OP_BITS", "STATUS_BITS",
+    "readout_lines", "max_readout_lines", "bit_planes",
+    "check_hw_max_workers", "check_engine_line_bits", "ternary_code", "OP_BITS", "STATUS_BITS",
     "request_layout", "response_layout", "mem_request_layout",
     "CSRBusSignature",
 ]
@@ -48,15 +49,36 @@ def sum_layout(line_bits, counter_bits):
     return data.ArrayLayout(signed(counter_bits + 1), line_bits // 2)
 
 
-def readout_lines(readout, *, line_bits, counter_bits):
-    """Lines in one slot's readout (the golden model's rule)."""
-    return readout_lines_per_slot(Readout(readout), line_bits=line_bits, counter_bits=counter_bits)
+def readout_lines(readout, *, counter_bits):
+    """Lines in one slot's readout (the golden model's rule; the same at any line width)."""
+    return readout_lines_per_slot(Readout(readout), counter_bits=counter_bits)
 
 
-def max_readout_lines(route, *, line_bits, counter_bits):
+def max_readout_lines(route, *, counter_bits):
     """The longest readout of ``route``, in lines: how many lines an engine's readout spans."""
-    return max(readout_lines(r, line_bits=line_bits, counter_bits=counter_bits)
-               for r in READOUTS_BY_ROUTE[Route(route)])
+    return max(readout_lines(r, counter_bits=counter_bits) for r in READOUTS_BY_ROUTE[Route(route)])
+
+
+def bit_planes(lanes, *, planes, lane_bits=1):
+    """Readout lines of bit-planes from the lanes of an ``ArrayLayout`` view, line 0 lowest.
+
+    Line ``k`` holds bits ``[k*W + W-1 : k*W]`` (``W = lane_bits``) of every lane, lane ``i``
+    at line bits ``[i*W + W-1 : i*W]``, so each lane's readout bits sit at its own place in
+    every line and no line gathers lanes from elsewhere in the row. Signed lanes are
+    sign-extended (two's complement) to ``planes * W`` bits, unsigned ones zero-extended:
+    the order of :func:`~neuron_fabric.golden.lines.pack_planes`.
+    """
+    width = planes * lane_bits
+    values = []
+    for lane in lanes:
+        value = Value.cast(lane)
+        if len(value) > width:
+            raise ValueError(f"planes must hold every bit of a {len(value)}-bit lane, "
+                             f"not {planes} planes of {lane_bits} bits")
+        fill = value[-1] if value.shape().signed else C(0, 1)
+        values.append(Cat(value, fill.replicate(width - len(value))))
+    return Cat(Cat(value[k * lane_bits:(k + 1) * lane_bits] for value in values)
+               for k in range(planes))
 
 
 def request_layout(*, line_bits, worker_bits):
@@ -118,18 +140,13 @@ def check_hw_max_workers(max_workers):
     return check_max_workers(max_workers, low=low, high=high)
 
 
-def pad_lanes(lanes, lane_bits):
-    """The lanes of an ``ArrayLayout`` view, each widened to ``lane_bits`` bits, concatenated.
-
-    Signed lanes are sign-extended (two's complement), unsigned ones zero-extended: the
-    padding of the wide readouts.
-    """
-    out = []
-    for lane in lanes:
-        value = Value.cast(lane)
-        fill = value[-1] if value.shape().signed else C(0, 1)
-        out.append(Cat(value, fill.replicate(lane_bits - len(value))))
-    return Cat(out)
+def check_engine_line_bits(line_bits):
+    """Validate a lane engine's width: any even number of line bits from 2 (a tile's share of
+    a line, whole G-Ternary lanes), and return it."""
+    line_bits = check_int("line_bits", line_bits)
+    if line_bits < 2 or line_bits % 2:
+        raise ValueError(f"line_bits must be an even integer of at least 2, not {line_bits!r}")
+    return line_bits
 
 
 def ternary_code(negative, positive):

@@ -4,25 +4,48 @@ from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.formats import Readout, Route, check_counter_bits, count_limit, readout_lane_bits
-from ..golden.lines import check_line_bits
-from .lane_logic import carry_out, step, widen
-from .layouts import (check_hw_max_workers, count_layout, max_readout_lines, pad_lanes,
-                      ternary_code, vote_layout)
+from ..golden.formats import Readout, Route, check_counter_bits, count_limit
+from .lane_logic import carry_out, read_line, step, widen
+from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, count_layout,
+                      max_readout_lines, vote_layout)
 
-__all__ = ["SignCountEngine"]
+__all__ = ["SignCountEngine", "majority_layout", "majority_thresholds", "majority_value"]
+
+
+def majority_layout(max_workers):
+    """The majority thresholds of NUM_WORKERS ``N``: a lane's majority is negative when
+    ``n > above`` and positive when ``n < below``."""
+    width = max_workers.bit_length()
+    return data.StructLayout({"above": width, "below": width})
+
+
+def majority_thresholds(num_workers, *, max_workers):
+    """The value of :func:`majority_layout` for NUM_WORKERS ``N`` (1 to ``max_workers``):
+    ``2n > N`` is ``n > N // 2`` and ``2n < N`` is ``n < ceil(N / 2)``, so ``above = N // 2``
+    and ``below = ceil(N / 2)``. Computed once, outside the lanes."""
+    width = max_workers.bit_length()
+    return Cat(widen(num_workers >> 1, width)[:width],
+               widen((num_workers + 1) >> 1, width)[:width])
+
+
+def majority_value(num_workers, *, max_workers):
+    """:func:`majority_thresholds` of the integer ``num_workers``, as the integer a
+    ``majority`` input holds (for testbenches)."""
+    width = max_workers.bit_length()
+    return (num_workers // 2) | ((num_workers + 1) // 2) << width
 
 
 class SignCountEngine(wiring.Component):
     """Folds one line of sign votes into a slot's saturating counters and reads a slot out.
 
     One G-Binary lane per line bit. Per lane, ``counts + vote`` saturates at
-    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is the whole readout of
-    the incoming counts (a read never folds), with ``N`` = ``num_workers``:
+    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is line ``beat`` of the
+    readout of the incoming counts (a read never folds), with the majority of ``N`` given by
+    its thresholds (:func:`majority_thresholds`); every line holds lane ``i`` at bit ``i``:
 
-    - ``SIGN``: bit 1 where ``2n > N`` (majority negative; a tie reads 0);
-    - ``TERNARY``: code ``11`` where ``2n > N``, ``01`` where ``2n < N``, ``00`` on a tie;
-    - ``COUNTS``: the counters zero-extended to 4, 8 or 16 bits.
+    - ``SIGN``, 1 line: bit 1 where ``2n > N`` (majority negative; a tie reads 0);
+    - ``TERNARY``, 2 lines: the ``SIGN`` line, then bit 1 where ``2n != N`` (not a tie);
+    - ``COUNTS``, ``counter_bits`` lines: line ``k`` holds bit ``k`` of every counter.
 
     The engine is a combinational stream stage: latency 0 cycles, one line per clock;
     ``i.ready`` follows ``o.ready`` and ``o.valid`` follows ``i.valid``. The controller
@@ -31,7 +54,8 @@ class SignCountEngine(wiring.Component):
     Parameters
     ----------
     line_bits : int
-        Bits per line and lanes per line: 128, 256, 512 or 1024.
+        Bits per line and lanes per line: any even number from 2 (a whole line, 128 to 1024,
+        or one tile's share of it).
     max_workers : int
         Largest NUM_WORKERS (2 to 64); sets the width of ``num_workers``.
     counter_bits : int or None
@@ -41,11 +65,11 @@ class SignCountEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``counts`` (the slot), ``votes`` (the written line), ``fold`` (1: add the votes,
-        0: pass the counts through), ``num_workers`` and ``readout`` (a ``Readout`` value).
+        0: pass the counts through), ``majority`` (:func:`majority_layout`), ``readout`` (a
+        ``Readout`` value) and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
-        ``counts`` (the slot after the fold), ``saturated`` and ``readout``: every line of
-        the readout, line 0 in the low bits, ``readout_lines`` lines wide; lines past the
-        readout's last read 0. Handing the lines over one per beat is the controller's job.
+        ``counts`` (the slot after the fold), ``saturated`` and ``readout``: line ``beat``
+        of the readout; a beat past the readout's last line reads 0.
 
     Raises
     ------
@@ -54,24 +78,24 @@ class SignCountEngine(wiring.Component):
     """
 
     def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None):
-        self.line_bits = check_line_bits(line_bits)
+        self.line_bits = check_engine_line_bits(line_bits)
         self.max_workers = check_hw_max_workers(max_workers)
         self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
-        self.readout_lines = max_readout_lines(Route.GBINARY, line_bits=self.line_bits,
-                                               counter_bits=self.counter_bits)
+        self.readout_lines = max_readout_lines(Route.GBINARY, counter_bits=self.counter_bits)
         counts = count_layout(self.line_bits, self.counter_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "counts": counts,
                 "votes": vote_layout(self.line_bits),
                 "fold": unsigned(1),
-                "num_workers": unsigned(self.max_workers.bit_length()),
+                "majority": majority_layout(self.max_workers),
                 "readout": unsigned(3),
+                "beat": range(max(2, self.readout_lines)),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "counts": counts,
                 "saturated": unsigned(1),
-                "readout": unsigned(self.readout_lines * self.line_bits),
+                "readout": unsigned(self.line_bits),
             }))),
         })
 
@@ -90,27 +114,25 @@ class SignCountEngine(wiring.Component):
             m.d.comb += p_out.counts[lane].eq(step(count, up=p_in.fold & vote & ~full, down=0))
         m.d.comb += p_out.saturated.eq(Cat(saturated).any())
 
-        # Majority: 2n > N is n > N // 2 and 2n < N is n < ceil(N / 2). Both thresholds are
-        # computed once; each lane tests them with two short carry functions.
-        width = max(self.counter_bits, len(p_in.num_workers))
+        # Majority: each lane tests the two thresholds with two short carry functions.
+        width = max(self.counter_bits, len(p_in.majority.above))
         below_negative = Signal(width)   # ~(N // 2)
         below_positive = Signal(width)   # ~ceil(N / 2)
-        m.d.comb += [below_negative.eq(~widen(p_in.num_workers >> 1, width)),
-                     below_positive.eq(~widen((p_in.num_workers + 1) >> 1, width))]
+        m.d.comb += [below_negative.eq(~widen(p_in.majority.above, width)),
+                     below_positive.eq(~widen(p_in.majority.below, width))]
         negative = Signal(self.line_bits)
         positive = Signal(self.line_bits)
         for lane in range(self.line_bits):
             count = widen(p_in.counts[lane], width)
             m.d.comb += [negative[lane].eq(carry_out(count, below_negative)),
                          positive[lane].eq(~carry_out(count, below_positive, carry_in=1))]
-        codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.line_bits))
-        width = readout_lane_bits(Readout.COUNTS, self.counter_bits)
-        with m.Switch(p_in.readout):
-            with m.Case(Readout.SIGN):
-                m.d.comb += p_out.readout.eq(negative)
-            with m.Case(Readout.TERNARY):
-                m.d.comb += p_out.readout.eq(codes)
-            with m.Case(Readout.COUNTS):
-                m.d.comb += p_out.readout.eq(pad_lanes(p_in.counts, width))
+        planes = bit_planes(p_in.counts, planes=self.counter_bits)
+        read_line(m, p_in, p_out, {
+            Readout.SIGN: [negative],
+            Readout.TERNARY: [negative, negative | positive],
+            Readout.COUNTS: [planes[k * self.line_bits:(k + 1) * self.line_bits]
+                             for k in range(self.counter_bits)],
+        })
         return m
+
 

@@ -4,16 +4,29 @@ from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.formats import Readout, Route, check_counter_bits, readout_lane_bits, sum_limit
-from ..golden.lines import check_line_bits
-from .lane_logic import carry_out, step, widen
-from .layouts import (check_hw_max_workers, code_layout, max_readout_lines, pad_lanes,
-                      sum_layout, ternary_code)
+from ..golden.formats import Readout, Route, check_counter_bits, sum_limit
+from .lane_logic import carry_out, read_line, step, widen
+from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, code_layout,
+                      max_readout_lines, readout_lines, sum_layout, ternary_code)
 
-__all__ = ["TernaryGateEngine"]
+__all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value"]
 
 #: The invalid code, ``10``: counts as 0 and is reported.
 INVALID_CODE = 0b10
+
+
+def gate_less_one(gate, *, counter_bits):
+    """The ``gate_less_one`` input of :class:`TernaryGateEngine` for the GATE register ``g``:
+    ``max(g, 1) - 1`` (a zero sum reads ``00`` at any gate), clamped to ``2**counter_bits``
+    (beyond any ``|S|``) so that it fits ``counter_bits + 1`` bits. Computed once, outside
+    the lanes."""
+    limit = 1 << counter_bits
+    return Mux(gate == 0, 0, Mux(gate > limit + 1, limit, gate - 1))[:counter_bits + 1]
+
+
+def gate_less_one_value(gate, *, counter_bits):
+    """:func:`gate_less_one` of the integer ``gate`` (for testbenches)."""
+    return 0 if gate == 0 else min(gate - 1, 1 << counter_bits)
 
 
 class TernaryGateEngine(wiring.Component):
@@ -22,11 +35,13 @@ class TernaryGateEngine(wiring.Component):
     ``line_bits // 2`` lanes of 2-bit codes (``00`` 0, ``01`` +1, ``11`` -1, ``10``
     invalid). Per lane, ``S + code`` saturates in ``[-limit, +limit]`` with
     ``limit = min(max_workers, 2**counter_bits - 1)`` (``saturated`` reports it). An
-    invalid code adds 0 and raises ``invalid``. The readout is the whole readout of the
-    incoming sums (a read never folds):
+    invalid code adds 0 and raises ``invalid``. The readout is line ``beat`` of the readout
+    of the incoming sums (a read never folds); every line holds lane ``t`` at bits ``2t``
+    and ``2t + 1``, where its code arrives:
 
-    - ``GATED``: the code of ``sign(S)`` where ``|S| >= gate``, else ``00``;
-    - ``SUMS``: the sums sign-extended to 4, 8 or 16 bits.
+    - ``GATED``, 1 line: the code of ``sign(S)`` where ``|S| >= gate``, else ``00``;
+    - ``SUMS``, ``ceil((counter_bits + 1) / 2)`` lines: line ``k`` holds bits ``2k`` and
+      ``2k + 1`` of every sum (two's complement; a last line past the sign bit repeats it).
 
     The engine is a combinational stream stage: latency 0 cycles, one line per clock;
     ``i.ready`` follows ``o.ready`` and ``o.valid`` follows ``i.valid``. The controller
@@ -35,7 +50,8 @@ class TernaryGateEngine(wiring.Component):
     Parameters
     ----------
     line_bits : int
-        Bits per line: 128, 256, 512 or 1024 (half as many lanes).
+        Bits per line: any even number from 2 (a whole line, 128 to 1024, or one tile's
+        share of it); half as many lanes.
     max_workers : int
         Largest NUM_WORKERS (2 to 64): bounds the sums.
     counter_bits : int or None
@@ -45,11 +61,12 @@ class TernaryGateEngine(wiring.Component):
     -------
     i : ``In(stream.Signature(...))``
         ``sums`` (the slot), ``codes`` (the written line), ``fold`` (1: add the codes,
-        0: pass the sums through), ``gate`` (the GATE register) and ``readout``.
+        0: pass the sums through), ``gate_less_one`` (:func:`gate_less_one` of GATE),
+        ``readout`` and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
         ``sums`` (the slot after the fold), ``saturated``, ``invalid`` (a folded line held
-        an invalid code) and ``readout``: every line of the readout, line 0 in the low
-        bits, ``readout_lines`` lines wide; lines past the readout's last read 0.
+        an invalid code) and ``readout``: line ``beat`` of the readout; a beat past the
+        readout's last line reads 0.
 
     Raises
     ------
@@ -58,26 +75,26 @@ class TernaryGateEngine(wiring.Component):
     """
 
     def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None):
-        self.line_bits = check_line_bits(line_bits)
+        self.line_bits = check_engine_line_bits(line_bits)
         self.max_workers = check_hw_max_workers(max_workers)
         self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
         self.lanes = self.line_bits // 2
-        self.readout_lines = max_readout_lines(Route.GTERNARY, line_bits=self.line_bits,
-                                               counter_bits=self.counter_bits)
+        self.readout_lines = max_readout_lines(Route.GTERNARY, counter_bits=self.counter_bits)
         sums = sum_layout(self.line_bits, self.counter_bits)
         super().__init__({
             "i": In(stream.Signature(data.StructLayout({
                 "sums": sums,
                 "codes": code_layout(self.line_bits),
                 "fold": unsigned(1),
-                "gate": unsigned(8),
+                "gate_less_one": unsigned(self.counter_bits + 1),
                 "readout": unsigned(3),
+                "beat": range(max(2, self.readout_lines)),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "sums": sums,
                 "saturated": unsigned(1),
                 "invalid": unsigned(1),
-                "readout": unsigned(self.readout_lines * self.line_bits),
+                "readout": unsigned(self.line_bits),
             }))),
         })
 
@@ -87,16 +104,12 @@ class TernaryGateEngine(wiring.Component):
         p_in, p_out = self.i.payload, self.o.payload
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
 
-        # GATED: |S| >= g with g = max(GATE, 1), since a zero sum reads 00 at any gate. With
-        # x = S's low bits, inverted when S < 0, |S| = x + sign; so |S| >= g is the carry out
-        # of x + ~(g - 1) + sign, one carry function per lane against a threshold computed
-        # once. g is clamped to 2**C + 1 (beyond any |S|) so that g - 1 fits C + 1 bits.
+        # GATED: |S| >= g with g = max(GATE, 1). With x = S's low bits, inverted when S < 0,
+        # |S| = x + sign; so |S| >= g is the carry out of x + ~(g - 1) + sign, one carry
+        # function per lane against the threshold ``gate_less_one`` computed outside.
         cw = self.counter_bits
-        gate = p_in.gate
-        gate_less_one = Signal(cw + 1)
-        m.d.comb += gate_less_one.eq(Mux(gate == 0, 0, Mux(gate > (1 << cw) + 1, 1 << cw, gate - 1)))
         below_gate = Signal(cw + 1)
-        m.d.comb += below_gate.eq(~gate_less_one)
+        m.d.comb += below_gate.eq(~p_in.gate_less_one)
 
         up = Signal(self.lanes)        # the lane adds +1
         down = Signal(self.lanes)      # the lane adds -1
@@ -122,10 +135,11 @@ class TernaryGateEngine(wiring.Component):
         m.d.comb += [p_out.saturated.eq(saturated.any()), p_out.invalid.eq(invalid.any())]
 
         codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.lanes))
-        width = readout_lane_bits(Readout.SUMS, self.counter_bits)
-        with m.Switch(p_in.readout):
-            with m.Case(Readout.GATED):
-                m.d.comb += p_out.readout.eq(codes)
-            with m.Case(Readout.SUMS):
-                m.d.comb += p_out.readout.eq(pad_lanes(p_in.sums, width))
+        sum_lines = readout_lines(Readout.SUMS, counter_bits=self.counter_bits)
+        planes = bit_planes(p_in.sums, planes=sum_lines, lane_bits=2)
+        read_line(m, p_in, p_out, {
+            Readout.GATED: [codes],
+            Readout.SUMS: [planes[k * self.line_bits:(k + 1) * self.line_bits]
+                           for k in range(sum_lines)],
+        })
         return m

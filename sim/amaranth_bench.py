@@ -32,12 +32,14 @@ class Timing:
 
     ``idle``: chance that the requester holds back a request it has; ``backpressure``:
     chance that ``o_resp`` is not ready; ``mem_backpressure``: chance that ``o_mem`` is not
-    ready; ``mem_latency``: the memory's read latency in cycles, drawn from ``[low, high]``.
+    ready; ``mem_latency``: the memory's read latency in cycles, drawn from ``[low, high]``;
+    ``response_stall``: cycles ``[start, stop)`` in which ``o_resp`` is never ready.
     """
     idle: float = 0.0
     backpressure: float = 0.0
     mem_backpressure: float = 0.0
     mem_latency: tuple = (1, 1)
+    response_stall: tuple = (0, 0)
 
 
 @dataclasses.dataclass
@@ -59,17 +61,17 @@ def _payload(request, params):
             "data": _lines.line_to_int(data)}
 
 
-def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, slot_bank_bits=None,
-        max_cycles=200_000, vcd=None):
+def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=None,
+        **controller):
     """Play ``ops`` (``Request``, ``CsrWrite``, ``CsrRead``) into the hardware and the model.
 
-    ``seed`` feeds the generator of the timing choices; ``max_reads`` and ``slot_bank_bits``
-    go to the :class:`Controller`. Raises ``RuntimeError`` when the
+    ``seed`` feeds the generator of the timing choices; ``controller`` (``tile_lanes``,
+    ``max_reads``, ...) goes to the :class:`Controller`. Raises ``RuntimeError`` when the
     hardware stops answering for ``max_cycles`` cycles. With ``vcd`` set, writes waves there.
     """
     params = params or FabricParams()
     rng = np.random.default_rng(seed)
-    dut = Controller(params=params, max_reads=max_reads, slot_bank_bits=slot_bank_bits)
+    dut = Controller(params=params, **controller)
     model = ControllerModel(params)
     expected, model_reads = [], []
     for op in ops:
@@ -96,7 +98,10 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, slot_bank_bi
             # A CSR access waits for every earlier response.
             if op is not None and not isinstance(op, Request) and in_flight == 0:
                 pending.pop(0)
-                ctx.set(dut.i_req.valid, 0)
+                # Memory writes may still be on their way out (a write is answered once it
+                # is queued); the outputs wait while the access takes its cycles.
+                for port in (dut.i_req.valid, dut.o_resp.ready, dut.o_mem.ready, dut.i_mem.valid):
+                    ctx.set(port, 0)
                 if isinstance(op, CsrWrite):
                     ctx.set(dut.csr.addr, op.addr)
                     ctx.set(dut.csr.w_data, op.value)
@@ -117,7 +122,8 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_reads=16, slot_bank_bi
             ctx.set(dut.i_req.valid, offer)
             if offer:
                 ctx.set(dut.i_req.payload, _payload(op, params))
-            ctx.set(dut.o_resp.ready, rng.random() >= timing.backpressure)
+            stalled = timing.response_stall[0] <= cycle < timing.response_stall[1]
+            ctx.set(dut.o_resp.ready, not stalled and rng.random() >= timing.backpressure)
             ctx.set(dut.o_mem.ready, rng.random() >= timing.mem_backpressure)
             mem_valid = bool(read_queue) and read_queue[0][0] <= cycle
             ctx.set(dut.i_mem.valid, mem_valid)

@@ -27,6 +27,8 @@ from ..golden import gbinary, gternary
 from ..golden import lines as gl
 from ..golden.formats import READOUTS_BY_ROUTE, Route, count_limit, sum_limit
 from ..golden.regmap import Access, register_map
+from ..hw.sign_count import majority_value
+from ..hw.ternary_gate import gate_less_one_value
 from .cocotb_bench import CLOCK_NS, CsrBus, Manifest, Stats, Stream, Wire, record_stats
 
 __all__ = []  # cocotb collects the tests by decorator
@@ -62,10 +64,10 @@ async def _apply(i, o, word):
     return out
 
 
-def _whole_readout(lines):
-    """Golden readout ``lines`` (one row per line) as one integer, line 0 lowest: what an
-    engine's ``readout`` output carries."""
-    return gl.line_to_int(np.asarray(lines).reshape(-1))
+def _readout_line(lines, beat):
+    """Line ``beat`` of golden readout ``lines`` as an integer: what an engine's ``readout``
+    output carries for that beat (0 past the readout's last line)."""
+    return gl.line_to_int(lines[beat]) if beat < len(lines) else 0
 
 
 def _finish(name, stats, started):
@@ -81,8 +83,9 @@ def _lanes(word, field, layout, lane_bits, lanes, signed=False):
 @cocotb.test(timeout_time=1, timeout_unit="sec")
 @cocotb.parametrize(seed=SEEDS)
 async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
-    """Random counts (full and tie values favoured), votes, fold, NUM_WORKERS and readout:
-    the folded counters, the saturation flag and the whole readout match the model."""
+    """Random counts (full and tie values favoured), votes, fold, NUM_WORKERS, readout and
+    beat: the folded counters, the saturation flag and the beat's readout line match the
+    model."""
     manifest = _manifest()
     p = manifest.params
     i, o = _engine(dut, manifest, "sign_count")
@@ -100,9 +103,11 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         votes = rng.integers(0, 2, L)
         fold = int(rng.random() < 0.7)
         readout = READOUTS_BY_ROUTE[Route.GBINARY][n % 3]
+        beat = int(rng.integers(0, max(2, CW)))
         word = i.layout.pack(counts=gl.lanes_to_int(counts, lane_bits=CW),
                              votes=gl.lanes_to_int(votes, lane_bits=1), fold=fold,
-                             num_workers=num_workers, readout=int(readout))
+                             majority=majority_value(num_workers, max_workers=MW),
+                             readout=int(readout), beat=beat)
         out = await _apply(i, o, word)
         want_counts = np.minimum(counts + fold * votes, limit)
         got_counts = _lanes(out, "counts", o.layout, CW, L)
@@ -112,9 +117,9 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         assert o.layout.get(out, "saturated") == want_sat, f"vector {n}: saturated flag"
         lines = gbinary.readout(counts[None].astype(np.uint8), readout=readout,
                                 num_workers=num_workers, counter_bits=CW)
-        want = _whole_readout(lines)
+        want = _readout_line(lines, beat)
         got = o.layout.get(out, "readout")
-        assert got == want, f"vector {n}: {readout.name} readout with " \
+        assert got == want, f"vector {n}: {readout.name} line {beat} with " \
                             f"N={num_workers} differs (bits {bin(got ^ want).count('1')} wrong)"
         stats.lines += 2
         stats.requests += 1
@@ -124,8 +129,8 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
 @cocotb.test(timeout_time=1, timeout_unit="sec")
 @cocotb.parametrize(seed=SEEDS)
 async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
-    """Random sums (limits favoured), codes with invalid ``10`` among them, fold, GATE and
-    readout: sums, both flags and the whole readout match the model."""
+    """Random sums (limits favoured), codes with invalid ``10`` among them, fold, GATE,
+    readout and beat: sums, both flags and the beat's readout line match the model."""
     manifest = _manifest()
     p = manifest.params
     i, o = _engine(dut, manifest, "ternary_gate")
@@ -143,9 +148,11 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
         fold = int(rng.random() < 0.7)
         gate = int(rng.choice([0, 1, int(rng.integers(0, limit + 2)), 255]))
         readout = READOUTS_BY_ROUTE[Route.GTERNARY][n % 2]
+        beat = int(rng.integers(0, max(2, (CW + 2) // 2)))
         word = i.layout.pack(sums=gl.lanes_to_int(sums, lane_bits=CW + 1),
-                             codes=gl.lanes_to_int(codes, lane_bits=2), fold=fold, gate=gate,
-                             readout=int(readout))
+                             codes=gl.lanes_to_int(codes, lane_bits=2), fold=fold,
+                             gate_less_one=gate_less_one_value(gate, counter_bits=CW),
+                             readout=int(readout), beat=beat)
         out = await _apply(i, o, word)
         total = sums + fold * value_of[codes]
         want_sums = np.clip(total, -limit, limit)
@@ -158,8 +165,8 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
             f"vector {n}: invalid flag"
         lines = gternary.readout(sums[None].astype(np.int8), readout=readout, gate=gate,
                                  counter_bits=CW)
-        assert o.layout.get(out, "readout") == _whole_readout(lines), \
-            f"vector {n}: {readout.name} readout with GATE={gate} differs"
+        assert o.layout.get(out, "readout") == _readout_line(lines, beat), \
+            f"vector {n}: {readout.name} line {beat} with GATE={gate} differs"
         stats.lines += 2
         stats.requests += 1
     _finish(f"ternary_gate_folds_and_reads_out_like_the_model/seed={seed}", stats, started)

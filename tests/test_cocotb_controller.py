@@ -4,10 +4,12 @@ The small preset (128-bit lines, 4 workers) is generated into a temporary folder
 Icarus and run with :mod:`neuron_fabric.sim.tb_controller`: reset values of every register,
 one step of both real-gradient traces (the session's reduced captures) through a G-Binary
 and a G-Ternary window and the FP32 passthrough, memory traffic outside the windows, and the
-write-1-to-clear flags. A second run plants a bug in a copy of the Verilog (the majority tie
-rule inverted) and requires the scoreboard to catch it. ``make sim`` runs the full regression.
+write-1-to-clear flags. Further runs plant a bug in a copy of the Verilog (the majority tie
+rule inverted; tile 3 alone never forwarding) and require the scoreboard to catch it.
+``make sim`` runs the full regression.
 """
 
+import json
 import re
 
 import pytest
@@ -69,14 +71,14 @@ def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, se
 def plant_inverted_tie_rule(source, target):
     """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
 
-    The engine tests ``n > N // 2`` against the inverted threshold ``below_negative``; the
-    planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the inverted ``ceil(N / 2)``),
+    Each sign-count engine tests ``n > N // 2`` against the inverted threshold
+    ``below_negative``; the planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the inverted ``ceil(N / 2)``),
     which differs for an even N only: a tie then reads negative.
     """
     text = source.read_text(encoding="utf-8")
     planted, count = re.subn(r"assign (\S*)below_negative = [^;]+;",
                              r"assign \1below_negative = ~((~\1below_positive) - 1'b1);", text)
-    assert count == 1, f"expected one majority threshold, found {count}"
+    assert count >= 1, "expected the sign-count engines' majority thresholds"
     target.write_text(planted, encoding="utf-8")
 
 
@@ -92,3 +94,43 @@ def test_a_planted_tie_rule_bug_is_caught(small_verilog, tmp_path, traces, seed)
                                     test_filter="real_gradients", seed=seed)
     assert failed >= 1, "an inverted tie rule must fail the real-gradient replay"
     assert "the model says" in log or "data differs" in log
+
+
+def plant_tile_without_forwarding(source, target, *, module, tile):
+    """Copy the Verilog with one tile's lane groups never taking the previous word's result:
+    its fold reads the stale block RAM row when the word before wrote the same slot.
+
+    Each group's copy of the fold word selects the forward with its ``from_last`` bit; the
+    planted tile's selects are tied to 0. The other tiles are left as they are.
+    """
+    from neuron_fabric.hw.lane_tile import fold_word_layout, most_readout_lines
+
+    manifest = json.loads((source.parent / "manifest.json").read_text(encoding="utf-8"))
+    p = manifest["params"]
+    from_last = fold_word_layout(max_workers=p["max_workers"], counter_bits=p["counter_bits"],
+                                 readout_lines=most_readout_lines(p["counter_bits"])
+                                 )["from_last"].offset
+    text = source.read_text(encoding="utf-8")
+    start = text.index(f"module {module}__tile_{tile}(")
+    end = text.index("endmodule", start)
+    body, count = re.subn(rf"g\d+_fold_word\[{from_last}\] \? row_new", "1'b0 ? row_new",
+                          text[start:end])
+    assert count >= 1, f"expected tile {tile}'s forward selects"
+    target.write_text(text[:start] + body + text[end:], encoding="utf-8")
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_a_planted_bug_in_one_tile_is_caught(small_verilog, tmp_path, traces, seed):
+    """Only tile 3 (line bits 96 to 127 of the small preset) loses forwarded writes: the
+    back-to-back writes to one slot read out wrong in those bits alone."""
+    import shutil
+
+    planted = tmp_path / "planted"
+    shutil.copytree(small_verilog, planted)
+    module = f"nfabric_{PRESETS['small'].name}"
+    plant_tile_without_forwarding(small_verilog / f"{module}.v", planted / f"{module}.v",
+                                  module=module, tile=3)
+    tests, failed, log = run_icarus(planted, tmp_path, traces,
+                                    test_filter="one_line_per_clock_to_one_slot", seed=seed)
+    assert (tests, failed) == (1, 1), "a tile that does not forward must fail the burst test"
+    assert "data differs" in log or "the model says" in log

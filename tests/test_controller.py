@@ -67,8 +67,7 @@ def test_gbinary_readouts_span_the_documented_number_of_lines(readout):
     for worker in range(2):
         m.request(Op.WRITE, BIN_BASE, worker, encoded[worker, 0])
     response = m.request(Op.READ, BIN_BASE)
-    assert len(response.lines) == readout_lines_per_slot(readout, line_bits=128,
-                                                         counter_bits=PARAMS.counter_bits)
+    assert len(response.lines) == readout_lines_per_slot(readout, counter_bits=PARAMS.counter_bits)
     expected = gbinary.readout(gbinary.aggregate(encoded, max_workers=8), readout=readout,
                                num_workers=2, counter_bits=PARAMS.counter_bits)
     assert response.data == expected.tobytes()

@@ -52,12 +52,51 @@ def test_random_traffic_with_three_windows_and_wide_workers():
     assert_matches_model(run(ops, params=params, seed=7, timing=STALLS), regmap)
 
 
-def test_slot_rows_split_into_block_ram_banks_behave_the_same():
-    """Banks of 7 bits: a row of 384 bits in 55 banks, the last one 6 bits wide."""
+@pytest.mark.parametrize("tile_lanes,group_lanes", [(8, 2), (64, 16), (128, 8)])
+def test_every_tile_width_behaves_the_same(tile_lanes, group_lanes):
+    """Sixteen tiles of 8 lanes, two of 64 or one of 128: the same answers at every stall."""
     regmap = register_map(SMALL)
     ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(5), n_ops=250)
-    result = run(ops, params=SMALL, seed=5, timing=STALLS, slot_bank_bits=7)
+    result = run(ops, params=SMALL, seed=5, timing=STALLS, tile_lanes=tile_lanes,
+                 group_lanes=group_lanes)
     assert_matches_model(result, regmap)
+
+
+def test_a_response_port_stalled_longer_than_the_buffer_loses_nothing():
+    """o_resp is not ready for 200 cycles under a burst of writes and readouts: admission
+    stops when the buffer's credits are spent, and every response comes out afterwards."""
+    regmap = register_map(SMALL)
+    ops = burst_ops(regmap, np.random.default_rng(8), rounds=30)
+    depth = 16
+    result = run(ops, params=SMALL, seed=8, buffer_depth=depth,
+                 timing=Timing(response_stall=(0, 200), mem_latency=(1, 3)))
+    assert_matches_model(result, regmap)
+    taken = [cycle for cycle in result.request_cycles if cycle < 200]
+    assert 0 < len(taken) <= depth, f"{len(taken)} requests taken while o_resp was stalled"
+    assert result.beat_cycles[0][0] >= 200
+
+
+@pytest.mark.parametrize("route,readout", [(Route.GBINARY, Readout.COUNTS),
+                                           (Route.GTERNARY, Readout.SUMS)])
+def test_writes_to_one_slot_at_every_in_flight_distance(route, readout):
+    """Workers write slot 0 with d - 1 writes to other slots between them, d = 1 to 6: every
+    distance at which a write is still in flight when the next one reads its row (and one
+    beyond). Raw readouts show any vote a forward lost."""
+    params = FabricParams(line_bits=128, max_workers=8, depth=8, num_windows=1)
+    regmap = register_map(params)
+    rng = np.random.default_rng(int(route))
+    window = scenarios.Window(base=0, size=8, route=route, readout=readout)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=params.max_workers)
+    for distance in range(1, 7):
+        for worker in range(params.max_workers):
+            # Slot 0, then one write to each of slots 1 .. distance - 1.
+            ops += [Request(Op.WRITE, slot, worker, rng.bytes(16)) for slot in range(distance)]
+        ops += [Request(Op.READ_CLEAR, slot) for slot in range(distance)]
+    result = run(ops, params=params, seed=2)
+    assert_matches_model(result, regmap)
+    reads = [r for op, r in zip([o for o in ops if isinstance(o, Request)], result.expected)
+             if op.op is Op.READ_CLEAR and op.addr == 0]
+    assert all(r.status is Status.OK for r in reads), "slot 0 must complete at every distance"
 
 
 @pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
@@ -179,7 +218,13 @@ def test_clear_slots_and_window_writes_empty_slots():
     (dict(params="default"), TypeError, "params must be a FabricParams, not 'default'"),
     (dict(max_reads=0), ValueError, "max_reads must be between 1 and 1024, not 0"),
     (dict(max_reads=True), TypeError, "max_reads must be an integer, not True"),
-    (dict(slot_bank_bits=0), ValueError, "slot_bank_bits must be at least 1, not 0"),
+    (dict(tile_lanes=48), ValueError, "tile_lanes must be an even divisor of line_bits (512), not 48"),
+    (dict(tile_lanes=1), ValueError, "tile_lanes must be between 2 and 512, not 1"),
+    (dict(tile_lanes="32"), TypeError, "tile_lanes must be an integer, not '32'"),
+    (dict(group_lanes=3), ValueError, "group_lanes must be an even number, not 3"),
+    (dict(group_lanes=24), ValueError, "group_lanes must divide tile_lanes (32), not 24"),
+    (dict(buffer_depth=4), ValueError,
+     "buffer_depth must be at least 6 (the longest readout and one more), not 4"),
 ])
 def test_bad_parameters_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error) as info:

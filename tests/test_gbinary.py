@@ -37,11 +37,6 @@ def line_ints(readout_lines):
     return [lines.line_to_int(line) for line in readout_lines]
 
 
-def concat_int(readout_lines):
-    """All readout lines of one slot as one integer, line 0 least significant."""
-    return int.from_bytes(readout_lines.reshape(-1).tobytes(), "little")
-
-
 # --------------------------------------------------------------------------- encode
 
 def test_negative_elements_encode_as_one_hand_built():
@@ -319,15 +314,16 @@ def test_tie_reads_zero_in_sign_readout():
 
 
 def test_ternary_readout_hand_built():
-    counts = np.full((1, 128), 2, dtype=np.uint8)  # N=4: every other lane is a tie, code 00
+    counts = np.full((1, 128), 2, dtype=np.uint8)  # N=4: every other lane is a tie
     counts[0, [0, 1, 3, 63, 64, 127]] = [4, 0, 3, 1, 3, 4]
     got = gbinary.readout(counts, readout=Readout.TERNARY, num_workers=4, counter_bits=3)
     assert got.shape == (2, 16)
     expected = np.zeros((2, 16), dtype=np.uint8)
-    expected[0, 0] = 0b11_00_01_11    # lanes 3..0: -1, tie, +1, -1
-    expected[0, 15] = 0b01_00_00_00   # lane 63: +1
-    expected[1, 0] = 0b00_00_00_11    # lane 64 (second line, lane 0): -1
-    expected[1, 15] = 0b11_00_00_00   # lane 127: -1
+    # line 0, the SIGN line: lanes 0, 3, 64 and 127 are -1
+    expected[0, 0], expected[0, 8], expected[0, 15] = 0b0000_1001, 0b0000_0001, 0b1000_0000
+    # line 1, not a tie: lanes 0, 1, 3 (-1, +1, -1), 63 (+1), 64 and 127 (-1)
+    expected[1, 0], expected[1, 7] = 0b0000_1011, 0b1000_0000
+    expected[1, 8], expected[1, 15] = 0b0000_0001, 0b1000_0000
     np.testing.assert_array_equal(got, expected)
 
 
@@ -338,59 +334,62 @@ def test_tie_reads_zero_in_ternary_readout():
 
 @pytest.mark.parametrize("line_bits", LINE_BITS)
 def test_ternary_readout_takes_two_lines_per_slot(line_bits):
-    counts = np.zeros((3, line_bits), dtype=np.uint8)  # all +1: code 01 everywhere
+    counts = np.zeros((3, line_bits), dtype=np.uint8)  # all +1: no sign bit, no tie
     got = gbinary.readout(counts, readout=Readout.TERNARY, num_workers=3, counter_bits=2)
     assert got.shape == (6, line_bits // 8)
-    assert (got == 0b01010101).all()
+    assert not got[0::2].any() and (got[1::2] == 0xFF).all()
 
 
-def test_counts_readout_hand_built_4_bit_lanes():
-    counts = np.zeros((1, 128), dtype=np.uint8)
-    counts[0, [0, 1, 31, 32, 127]] = [5, 7, 1, 6, 3]
-    got = gbinary.readout(counts, readout=Readout.COUNTS, num_workers=7, counter_bits=3)
-    assert got.shape == (4, 16)  # 128 lanes * 4 bits = 4 lines, 32 lanes each
-    expected = np.zeros((4, 16), dtype=np.uint8)
-    expected[0, 0] = 0x75   # lane 1 high nibble, lane 0 low nibble
-    expected[0, 15] = 0x10  # lane 31
-    expected[1, 0] = 0x06   # lane 32 starts line 1
-    expected[3, 15] = 0x30  # lane 127
-    np.testing.assert_array_equal(got, expected)
-
-
-def test_counts_readout_hand_built_8_bit_lanes():
-    counts = np.zeros((1, 128), dtype=np.uint8)
-    counts[0, [0, 15, 16, 127]] = [17, 31, 9, 20]
-    got = gbinary.readout(counts, readout=Readout.COUNTS, num_workers=31, counter_bits=5)
-    assert got.shape == (8, 16)  # 16 lanes a line
-    expected = np.zeros((8, 16), dtype=np.uint8)
-    expected[0, 0], expected[0, 15], expected[1, 0], expected[7, 15] = 17, 31, 9, 20
-    np.testing.assert_array_equal(got, expected)
-
-
-@pytest.mark.parametrize("counter_bits,padded", [(1, 4), (3, 4), (4, 4), (5, 8), (7, 8)])
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
 @pytest.mark.parametrize("line_bits", LINE_BITS)
-def test_counts_readout_lane_i_at_bits_i_times_p(line_bits, counter_bits, padded):
-    rng = np.random.default_rng(line_bits + counter_bits)
-    limit = min(count_limit(counter_bits), 255)
-    counts = rng.integers(0, limit + 1, size=(2, line_bits)).astype(np.uint8)
-    got = gbinary.readout(counts, readout=Readout.COUNTS, num_workers=127, counter_bits=counter_bits)
-    per_slot = padded
-    assert got.shape == (2 * per_slot, line_bits // 8)
-    per_line = line_bits // padded
+def test_ternary_readout_is_the_sign_line_and_the_not_a_tie_line(line_bits, seed):
+    rng = np.random.default_rng(seed)
+    num_workers = 6
+    counts = rng.integers(0, num_workers + 1, size=(2, line_bits)).astype(np.uint8)
+    got = gbinary.readout(counts, readout=Readout.TERNARY, num_workers=num_workers, counter_bits=3)
+    ints = line_ints(got)
     for slot in range(2):
-        slot_lines = got[slot * per_slot:(slot + 1) * per_slot]
-        assert concat_int(slot_lines) == sum(int(c) << (i * padded) for i, c in enumerate(counts[slot]))
-        for k, value in enumerate(line_ints(slot_lines)):
-            lanes = counts[slot, k * per_line:(k + 1) * per_line]
-            assert value == sum(int(c) << (i * padded) for i, c in enumerate(lanes))
+        sign, decided = ints[2 * slot], ints[2 * slot + 1]
+        for i, n in enumerate(counts[slot]):
+            assert (sign >> i) & 1 == int(2 * n > num_workers)
+            assert (decided >> i) & 1 == int(2 * n != num_workers)
+            value = ((decided >> i) & 1) * (1 - 2 * ((sign >> i) & 1))
+            assert value == ref_majority(int(n), num_workers)
+
+
+def test_counts_readout_hand_built():
+    counts = np.zeros((1, 128), dtype=np.uint8)
+    counts[0, [0, 1, 9, 127]] = [5, 7, 2, 4]  # 101, 111, 010, 100
+    got = gbinary.readout(counts, readout=Readout.COUNTS, num_workers=7, counter_bits=3)
+    assert got.shape == (3, 16)  # one line per counter bit
+    expected = np.zeros((3, 16), dtype=np.uint8)
+    expected[0, 0] = 0b0000_0011                          # bit 0: lanes 0 and 1
+    expected[1, 0], expected[1, 1] = 0b0000_0010, 0b0000_0010  # bit 1: lanes 1 and 9
+    expected[2, 0], expected[2, 15] = 0b0000_0011, 0b1000_0000  # bit 2: lanes 0, 1, 127
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("counter_bits", range(1, 8))
+@pytest.mark.parametrize("line_bits", LINE_BITS)
+def test_counts_readout_line_k_bit_i_is_bit_k_of_count_i(line_bits, counter_bits):
+    rng = np.random.default_rng(line_bits + counter_bits)
+    counts = rng.integers(0, count_limit(counter_bits) + 1, size=(2, line_bits)).astype(np.uint8)
+    got = gbinary.readout(counts, readout=Readout.COUNTS, num_workers=127, counter_bits=counter_bits)
+    assert got.shape == (2 * counter_bits, line_bits // 8)
+    for slot in range(2):
+        slot_lines = line_ints(got[slot * counter_bits:(slot + 1) * counter_bits])
+        for k, line in enumerate(slot_lines):
+            assert line == sum(((int(c) >> k) & 1) << i for i, c in enumerate(counts[slot])), \
+                f"slot {slot}, line {k}"
 
 
 @PROPERTY
 @given(line_bits=st.sampled_from(LINE_BITS), num_workers=st.integers(min_value=1, max_value=127),
+       counter_bits=st.integers(min_value=1, max_value=7),
        n_slots=st.integers(min_value=1, max_value=3), seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_readouts_round_trip_through_parse_and_decode(line_bits, num_workers, n_slots, seed):
-    counter_bits = default_counter_bits(num_workers)
-    counts = np.random.default_rng(seed).integers(0, num_workers + 1, size=(n_slots, line_bits)).astype(np.uint8)
+def test_readouts_round_trip_through_parse_and_decode(line_bits, num_workers, counter_bits, n_slots, seed):
+    top = min(num_workers, count_limit(counter_bits))  # a narrow counter saturates below N
+    counts = np.random.default_rng(seed).integers(0, top + 1, size=(n_slots, line_bits)).astype(np.uint8)
     majority = np.array([[ref_majority(int(n), num_workers) for n in row] for row in counts], dtype=np.int8)
     n_elements = n_slots * line_bits - 3
     for readout, parsed, decoded in [
@@ -408,18 +407,24 @@ def test_readouts_round_trip_through_parse_and_decode(line_bits, num_workers, n_
         np.testing.assert_array_equal(flat, np.ravel(decoded)[:n_elements])
 
 
-def test_parse_refuses_an_invalid_ternary_code():
-    out = np.zeros((2, 16), dtype=np.uint8)
-    out[1, 7] = 0b00_10_00_00
-    with pytest.raises(ValueError, match=r"invalid ternary code \(0b10\)"):
+def test_parse_refuses_a_ternary_sign_bit_on_a_tie():
+    out = np.zeros((4, 16), dtype=np.uint8)
+    out[1] = 0xFF        # slot 0: every lane decided, all +1
+    out[2, 5] = 0b0000_1000  # slot 1: lane 43's sign bit, but line 1 says it is a tie
+    out[3, 5] = 0b0000_0111
+    message = (r"^lines must leave a TERNARY readout's line-0 \(sign\) bit clear where its "
+               r"line-1 bit is 0 \(a tie\), not set it at lane 43 of slot 1$")
+    with pytest.raises(ValueError, match=message):
         gbinary.parse_readout(out, readout=Readout.TERNARY, line_bits=128)
-    with pytest.raises(ValueError, match=r"invalid ternary code \(0b10\)"):
+    with pytest.raises(ValueError, match=message):
         gbinary.decode(out, readout=Readout.TERNARY, n_elements=5, line_bits=128)
+    out[3, 5] |= 0b0000_1000  # decided: lane 43 reads -1
+    assert gbinary.parse_readout(out, readout=Readout.TERNARY, line_bits=128)[1, 43] == -1
 
 
 @pytest.mark.parametrize("readout,counter_bits,n_lines,per_slot", [
     (Readout.TERNARY, None, 3, 2), (Readout.TERNARY, None, 1, 2),
-    (Readout.COUNTS, 5, 9, 8), (Readout.COUNTS, 2, 6, 4),
+    (Readout.COUNTS, 5, 9, 5), (Readout.COUNTS, 2, 5, 2),
 ])
 def test_parse_refuses_lines_that_are_not_whole_readouts(readout, counter_bits, n_lines, per_slot):
     with pytest.raises(ValueError, match=f"^lines must hold whole {readout.name} readouts of {per_slot} "
@@ -431,6 +436,8 @@ def test_parse_refuses_lines_that_are_not_whole_readouts(readout, counter_bits, 
 def test_parse_refuses_bad_arguments():
     with pytest.raises(TypeError, match="^counter_bits is required to parse a COUNTS readout$"):
         gbinary.parse_readout(np.zeros((8, 64), dtype=np.uint8), readout=Readout.COUNTS)
+    with pytest.raises(ValueError, match="^counter_bits must be between 1 and 7, not 8$"):
+        gbinary.parse_readout(np.zeros((8, 64), dtype=np.uint8), readout=Readout.COUNTS, counter_bits=8)
     with pytest.raises(ValueError, match="^readout must be one of SIGN, TERNARY, COUNTS for GBINARY, not Readout.GATED$"):
         gbinary.parse_readout(np.zeros((1, 64), dtype=np.uint8), readout=Readout.GATED)
     with pytest.raises(ValueError, match=r"^lines must have 64 bytes per line \(line_bits=512\), not 32$"):

@@ -42,7 +42,7 @@ def test_output_is_byte_identical_from_different_folders(generated):
     first, second = generated
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
-    assert len(names) == 7
+    assert len(names) == 9   # seven blocks, registers.md, manifest.json
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert str(first) not in "".join((first / n).read_text() for n in names)
@@ -52,8 +52,18 @@ def test_module_names_carry_the_parameters(generated):
     manifest = load_manifest(generated[0])
     assert manifest["top"] == f"nfabric_{SMALL.name}"
     top = (generated[0] / manifest["blocks"]["controller"]["file"]).read_text()
-    assert f"module nfabric_{SMALL.name}__sign_count(" in top
+    assert f"module nfabric_{SMALL.name}__tile_0(" in top
+    assert f"module nfabric_{SMALL.name}__tile_0__g0_fold_sign_count(" in top
+    assert "module \\" not in top   # no escaped identifiers: every level is a plain name
     assert "parameter " not in top
+    assert [block.role for block in blocks(SMALL)][-3:] == ["lane_tile", "control_plane",
+                                                            "controller"]
+    tile = f"nfabric_lane_tile_t32_g8_w{SMALL.max_workers}_c{SMALL.counter_bits}_r" \
+           f"{SMALL.num_windows * SMALL.depth}"
+    assert manifest["blocks"]["lane_tile"]["module"] == tile
+    assert manifest["blocks"]["control_plane"]["module"] == f"nfabric_control_plane_{SMALL.name}"
+    assert f"module {tile}__g0_fold_sign_count(" in (
+        generated[0] / manifest["blocks"]["lane_tile"]["file"]).read_text()
 
 
 def test_manifest_ports_match_the_components(generated):

@@ -68,10 +68,6 @@ def pack(values, line_bits):
     return packed.reshape(*values.shape[:-1], -1, line_bits // 8)
 
 
-def concat_int(readout_lines):
-    return int.from_bytes(readout_lines.reshape(-1).tobytes(), "little")
-
-
 # --------------------------------------------------------------------------- deterministic ternarize
 
 def test_threshold_keeps_sign_where_abs_reaches_tau():
@@ -542,47 +538,53 @@ def test_gated_readout_hand_built():
     np.testing.assert_array_equal(got[0], expected)
 
 
-def test_sums_readout_hand_built_4_bit_lanes():
+def test_sums_readout_hand_built_4_bit_sums():
     sums = np.zeros((1, 64), dtype=np.int8)
-    sums[0, [0, 1, 31, 32, 63]] = [-1, 3, -7, 7, -4]
-    got = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=3)  # 3 + 1 bits -> 4
-    assert got.shape == (2, 16)  # 64 lanes * 4 bits: 32 lanes a line
+    sums[0, [0, 1, 31, 32, 63]] = [-1, 3, -7, 7, -4]  # 1111, 0011, 1001, 0111, 1100
+    got = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=3)
+    assert got.shape == (2, 16)  # 3 + 1 bits, 2 a line
     expected = np.zeros((2, 16), dtype=np.uint8)
-    expected[0, 0] = 0x3F   # lane 1 = 3, lane 0 = -1 (0xF)
-    expected[0, 15] = 0x90  # lane 31 = -7 (0x9)
-    expected[1, 0] = 0x07   # lane 32 = 7 starts line 1
-    expected[1, 15] = 0xC0  # lane 63 = -4 (0xC)
+    # line 0, bits 1 and 0 of each sum; lane t at line bits 2t + 1, 2t
+    expected[0, 0], expected[0, 7], expected[0, 8] = 0b00_00_11_11, 0b01_00_00_00, 0b11
+    # line 1, bits 3 and 2
+    expected[1, 0], expected[1, 7], expected[1, 8], expected[1, 15] = 0b11, 0b10_00_00_00, 0b01, 0b11_00_00_00
     np.testing.assert_array_equal(got, expected)
 
 
-def test_sums_readout_hand_built_8_bit_lanes():
+def test_sums_readout_hand_built_5_bit_sums_repeat_the_sign():
     sums = np.zeros((1, 64), dtype=np.int8)
-    sums[0, [0, 16, 63]] = [-16, 31, -31]
-    got = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=5)  # 6 bits -> 8
-    assert got.shape == (4, 16)
-    expected = np.zeros((4, 16), dtype=np.uint8)
-    expected[0, 0], expected[1, 0], expected[3, 15] = 0xF0, 0x1F, 0xE1
+    sums[0, [0, 1, 63]] = [-11, 9, -1]  # 1_0101, 0_1001, 1_1111
+    got = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=4)
+    assert got.shape == (3, 16)  # 4 + 1 bits: the third line's high bits repeat bit 4
+    expected = np.zeros((3, 16), dtype=np.uint8)
+    expected[:, 15] = 0b11_00_00_00  # -1: every digit 11
+    expected[0, 0] = 0b00_00_01_01   # bits 1, 0: 01 (lane 1), 01 (lane 0)
+    expected[1, 0] = 0b00_00_10_01   # bits 3, 2: 10, 01
+    expected[2, 0] = 0b00_00_00_11   # sign repeated, bit 4: 00 (9 >= 0), 11 (-11 < 0)
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("counter_bits,padded", [(1, 4), (3, 4), (4, 8), (7, 8)])
+def sum_bit(value, j, counter_bits):
+    """Bit ``j`` of a sum in ``counter_bits + 1``-bit two's complement; past it, the sign bit."""
+    return ((value % (1 << (counter_bits + 1))) >> min(j, counter_bits)) & 1
+
+
+@pytest.mark.parametrize("counter_bits", range(1, 8))
 @pytest.mark.parametrize("line_bits", LINE_BITS)
-def test_sums_readout_lane_i_at_bits_i_times_p(line_bits, counter_bits, padded):
+def test_sums_readout_line_k_holds_bits_2k_and_2k_plus_1_of_every_sum(line_bits, counter_bits):
     rng = np.random.default_rng(line_bits + counter_bits)
     limit = min(count_limit(counter_bits), 127)
     sums = rng.integers(-limit, limit + 1, size=(2, line_bits // 2)).astype(np.int8)
+    sums[0, :2] = [-limit, limit]
     got = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=counter_bits)
-    per_slot = padded // 2
+    per_slot = -(-(counter_bits + 1) // 2)
     assert got.shape == (2 * per_slot, line_bits // 8)
-    per_line = line_bits // padded
     for slot in range(2):
-        slot_lines = got[slot * per_slot:(slot + 1) * per_slot]
-        assert concat_int(slot_lines) == sum((int(v) % (1 << padded)) << (i * padded)
-                                             for i, v in enumerate(sums[slot]))
-        for k, line in enumerate(slot_lines):
-            lanes = sums[slot, k * per_line:(k + 1) * per_line]
-            assert lines.line_to_int(line) == sum((int(v) % (1 << padded)) << (i * padded)
-                                                  for i, v in enumerate(lanes))
+        for k in range(per_slot):
+            line = lines.line_to_int(got[slot * per_slot + k])
+            for t, value in enumerate(sums[slot]):
+                assert (line >> (2 * t)) & 1 == sum_bit(int(value), 2 * k, counter_bits)
+                assert (line >> (2 * t + 1)) & 1 == sum_bit(int(value), 2 * k + 1, counter_bits)
 
 
 @pytest.mark.parametrize("line_bits", LINE_BITS)
@@ -594,11 +596,13 @@ def test_gated_readout_takes_one_line_per_slot(line_bits):
 
 @PROPERTY
 @given(line_bits=st.sampled_from(LINE_BITS), max_workers=st.integers(min_value=1, max_value=127),
+       counter_bits=st.integers(min_value=1, max_value=7),
        gate=st.integers(min_value=0, max_value=130), n_slots=st.integers(min_value=1, max_value=3),
        seed=st.integers(min_value=0, max_value=2**32 - 1))
-def test_readouts_round_trip_through_parse_and_decode(line_bits, max_workers, gate, n_slots, seed):
-    counter_bits = default_counter_bits(max_workers)
-    sums = np.random.default_rng(seed).integers(-max_workers, max_workers + 1,
+def test_readouts_round_trip_through_parse_and_decode(line_bits, max_workers, counter_bits, gate,
+                                                      n_slots, seed):
+    limit = sum_limit(max_workers, min(counter_bits, default_counter_bits(max_workers)))
+    sums = np.random.default_rng(seed).integers(-limit, limit + 1,
                                                 size=(n_slots, line_bits // 2)).astype(np.int8)
     wide = sums.astype(np.int64)
     gated = np.where(np.abs(wide) >= gate, np.sign(wide), 0).astype(np.int8)
@@ -622,9 +626,39 @@ def test_parse_refuses_an_invalid_code_in_a_gated_readout():
         gternary.decode(out, readout=Readout.GATED, n_elements=3)
 
 
+@pytest.mark.parametrize("sign,extension", [(0, 1), (1, 0)])
+def test_parse_refuses_a_sums_extension_bit_that_differs_from_the_sign(sign, extension):
+    out = np.zeros((6, 16), dtype=np.uint8)  # counter_bits=4: 5-bit sums, 3 lines a slot
+    out[5, 2] = (extension << 3) | (sign << 2)  # slot 1, lane 9: bits 4 and 5 of its sum
+    with pytest.raises(ValueError, match=r"^lines must repeat each sum's sign bit \(bit 4\) in the "
+                                         r"last line's odd bits \(sign extension\), not differ from it "
+                                         r"at lane 9 of slot 1$"):
+        gternary.parse_readout(out, readout=Readout.SUMS, line_bits=128, counter_bits=4)
+    out[3:6, 2] = (sign << 3) | (sign << 2)  # every bit of the sum equal to the sign: 0 or -1
+    assert gternary.parse_readout(out, readout=Readout.SUMS, line_bits=128,
+                                  counter_bits=4)[1, 9] == -sign
+
+
+@pytest.mark.parametrize("counter_bits,n_lines,lane", [(4, 3, 0), (5, 3, 17), (3, 2, 63)])
+def test_parse_refuses_a_sum_of_minus_2_to_the_counter_bits(counter_bits, n_lines, lane):
+    sums = np.zeros((1, 64), dtype=np.int8)
+    sums[0, lane] = -(1 << counter_bits) + 1
+    out = gternary.readout(sums, readout=Readout.SUMS, gate=0, counter_bits=counter_bits)
+    assert out.shape == (n_lines, 16)
+    assert gternary.parse_readout(out, readout=Readout.SUMS, line_bits=128,
+                                  counter_bits=counter_bits)[0, lane] == sums[0, lane]
+    byte, bit = divmod(2 * lane, 8)
+    out[0, byte] &= ~np.uint8(1 << bit)  # bit 0 of -(2**C - 1) cleared: -2**C, no readout holds it
+    top = (1 << counter_bits) - 1
+    with pytest.raises(ValueError, match=rf"^lines must hold sums within \[-{top}, {top}\] for "
+                                         rf"counter_bits={counter_bits}, not {-top - 1} at lane "
+                                         rf"{lane} of slot 0$"):
+        gternary.parse_readout(out, readout=Readout.SUMS, line_bits=128, counter_bits=counter_bits)
+
+
 def test_parse_refuses_lines_that_are_not_whole_readouts():
-    with pytest.raises(ValueError, match="^lines must hold whole SUMS readouts of 4 lines each, not 6 lines$"):
-        gternary.parse_readout(np.zeros((6, 64), dtype=np.uint8), readout=Readout.SUMS, counter_bits=5)
+    with pytest.raises(ValueError, match="^lines must hold whole SUMS readouts of 3 lines each, not 7 lines$"):
+        gternary.parse_readout(np.zeros((7, 64), dtype=np.uint8), readout=Readout.SUMS, counter_bits=5)
     with pytest.raises(ValueError, match="^lines must hold whole SUMS readouts of 2 lines each, not 3 lines$"):
         gternary.parse_readout(np.zeros((3, 16), dtype=np.uint8), readout=Readout.SUMS, line_bits=128,
                                counter_bits=2)
@@ -633,6 +667,8 @@ def test_parse_refuses_lines_that_are_not_whole_readouts():
 def test_parse_and_readout_refuse_bad_arguments():
     with pytest.raises(TypeError, match="^counter_bits is required to parse a SUMS readout$"):
         gternary.parse_readout(np.zeros((4, 64), dtype=np.uint8), readout=Readout.SUMS)
+    with pytest.raises(ValueError, match="^counter_bits must be between 1 and 7, not 0$"):
+        gternary.parse_readout(np.zeros((4, 64), dtype=np.uint8), readout=Readout.SUMS, counter_bits=0)
     with pytest.raises(ValueError, match="^readout must be one of GATED, SUMS for GTERNARY, not Readout.TERNARY$"):
         gternary.parse_readout(np.zeros((2, 64), dtype=np.uint8), readout=Readout.TERNARY)
     with pytest.raises(ValueError, match="^readout must be one of GATED, SUMS for GTERNARY, not Readout.COUNTS$"):

@@ -372,3 +372,73 @@ def test_interleave_bit_planes_hand_built():
     got = lines.interleave_bit_planes(np.array([0b1000_0010], dtype=np.uint8),
                                       np.array([0b1000_0001], dtype=np.uint8))
     assert got.tolist() == [0b0000_0110, 0b1100_0000]
+
+
+# --------------------------------------------------------------------------- bit-planes
+
+@pytest.mark.parametrize("lane_bits,planes", [(1, 1), (1, 5), (1, 7), (2, 3), (2, 4), (4, 2), (1, 12)])
+@pytest.mark.parametrize("seed", [0, 1], ids=lambda s: f"seed{s}")
+def test_plane_k_holds_digit_k_of_every_value_at_its_lane(seed, lane_bits, planes):
+    rng = np.random.default_rng(seed)
+    n_lanes, width = 64, planes * lane_bits
+    values = rng.integers(-(1 << (width - 1)), 1 << (width - 1), size=(3, n_lanes))
+    got = lines.pack_planes(values, planes=planes, lane_bits=lane_bits)
+    assert got.dtype == np.uint8 and got.shape == (3, planes, n_lanes * lane_bits // 8)
+    mask = (1 << lane_bits) - 1
+    for row in range(3):
+        for k in range(planes):
+            plane = int.from_bytes(got[row, k].tobytes(), "little")
+            for i, value in enumerate(values[row]):
+                assert (plane >> (i * lane_bits)) & mask == (int(value) >> (k * lane_bits)) & mask
+
+
+def test_pack_planes_sign_extends_negative_values_and_zero_extends_the_rest():
+    values = np.array([[-1, 1, -2, 0, 3, -4, 2, -3]], dtype=np.int8)  # 3-bit values, 4 planes
+    got = lines.pack_planes(values, planes=4)
+    # plane 3 lies past the values' width: it repeats bit 2, the sign
+    assert got[0, :, 0].tolist() == [0b1001_0011, 0b0101_0101, 0b1010_0101, 0b1010_0101]
+    two_bit = lines.pack_planes(np.array([[-3, 3, 0, 1]], dtype=np.int8), planes=2, lane_bits=2)
+    # -3 = ...1101: digits 01, 11; 3: digits 11, 00
+    assert two_bit[0, :, 0].tolist() == [0b01_00_11_01, 0b00_00_00_11]
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])
+@pytest.mark.parametrize("lane_bits,planes", [(1, 1), (1, 3), (1, 7), (1, 8), (2, 2), (2, 3), (2, 4),
+                                              (1, 9), (2, 8), (4, 3)])
+def test_unpack_planes_inverts_pack_planes(lane_bits, planes, signed):
+    rng = np.random.default_rng(planes * 10 + lane_bits)
+    width = planes * lane_bits
+    low, high = (-(1 << (width - 1)), 1 << (width - 1)) if signed else (0, 1 << width)
+    values = rng.integers(low, high, size=(2, 5, 128))
+    values[0, 0, :4] = [low, high - 1, 0, -1 if signed else 1]
+    packed = lines.pack_planes(values, planes=planes, lane_bits=lane_bits)
+    got = lines.unpack_planes(packed, lane_bits=lane_bits, signed=signed)
+    wide = width > 8
+    expected_dtype = {(False, False): np.uint8, (False, True): np.uint16,
+                      (True, False): np.int8, (True, True): np.int16}[signed, wide]
+    assert got.dtype == expected_dtype and got.shape == values.shape
+    np.testing.assert_array_equal(got, values)
+
+
+def test_unpack_planes_refuses_more_than_16_bits_and_a_missing_plane_axis():
+    with pytest.raises(ValueError, match="^planes must hold at most 16 bits per lane, not 18$"):
+        lines.unpack_planes(np.zeros((9, 4), dtype=np.uint8), lane_bits=2)
+    with pytest.raises(ValueError, match=r"^planes must have a plane axis before the byte axis, "
+                                         r"not shape \(4,\)$"):
+        lines.unpack_planes(np.zeros(4, dtype=np.uint8))
+
+
+@pytest.mark.parametrize("planes,error,message", [
+    (0, ValueError, "planes must be at least 1, not 0"),
+    (-1, ValueError, "planes must be at least 1, not -1"),
+    (2.0, TypeError, "planes must be an integer, not 2.0"),
+    (True, TypeError, "planes must be an integer, not True"),
+])
+def test_pack_planes_refuses_a_bad_plane_count(planes, error, message):
+    with pytest.raises(error, match=f"^{message}$"):
+        lines.pack_planes(np.zeros(8, dtype=np.uint8), planes=planes)
+
+
+def test_pack_planes_refuses_non_integer_values():
+    with pytest.raises(TypeError, match="^values must be an integer array, not dtype float32$"):
+        lines.pack_planes(np.zeros(8, dtype=np.float32), planes=2)

@@ -83,18 +83,6 @@ def test_sum_limit_is_max_workers_with_the_default_counter(max_workers):
         assert formats.sum_limit(max_workers, narrow) == 2**narrow - 1
 
 
-@pytest.mark.parametrize("bits,padded", [(1, 4), (2, 4), (3, 4), (4, 4), (5, 8), (7, 8), (8, 8),
-                                         (9, 16), (15, 16), (16, 16)])
-def test_padded_lane_bits_is_the_next_of_4_8_16(bits, padded):
-    assert formats.padded_lane_bits(bits) == padded
-
-
-def test_padded_lane_bits_refuses_more_than_16():
-    with pytest.raises(ValueError, match=exact(
-            "bits must be at most 16 (the widest readout lane), not 17")):
-        formats.padded_lane_bits(17)
-
-
 @pytest.mark.parametrize("line_bits", LINE_BITS)
 def test_route_lanes(line_bits):
     assert formats.route_lanes(Route.GBINARY, line_bits) == line_bits
@@ -102,42 +90,31 @@ def test_route_lanes(line_bits):
     assert formats.route_lanes(0, line_bits) == line_bits  # the CSR encoding works too
 
 
-@pytest.mark.parametrize("bits", range(1, 8))
-def test_readout_lane_bits(bits):
-    assert formats.readout_lane_bits(Readout.SIGN, bits) == 1
-    assert formats.readout_lane_bits(Readout.TERNARY, bits) == 2
-    assert formats.readout_lane_bits(Readout.GATED, bits) == 2
-    assert formats.readout_lane_bits(Readout.COUNTS, bits) == (4 if bits <= 4 else 8)
-    assert formats.readout_lane_bits(Readout.SUMS, bits) == (4 if bits + 1 <= 4 else 8)
-
-
 def test_readout_lines_per_slot_at_512_bits_and_16_workers():
     bits = formats.default_counter_bits(16)
-    got = {r.name: formats.readout_lines_per_slot(r, line_bits=512, counter_bits=bits) for r in Readout}
-    assert got == {"SIGN": 1, "TERNARY": 2, "COUNTS": 8, "GATED": 1, "SUMS": 4}
+    got = {r.name: formats.readout_lines_per_slot(r, counter_bits=bits) for r in Readout}
+    assert got == {"SIGN": 1, "TERNARY": 2, "COUNTS": 5, "GATED": 1, "SUMS": 3}
 
 
-@pytest.mark.parametrize("bits,counts_lines,sums_lines", [
-    (1, 4, 2), (2, 4, 2), (3, 4, 2), (4, 4, 4), (5, 8, 4), (6, 8, 4), (7, 8, 4),
-    (8, 8, 8), (9, 16, 8), (15, 16, 8),
-])
-@pytest.mark.parametrize("line_bits", LINE_BITS)
-def test_readout_lines_per_slot_for_every_readout_and_line_width(line_bits, bits, counts_lines,
-                                                                 sums_lines):
+@pytest.mark.parametrize("bits", range(1, 17))
+def test_readout_lines_per_slot_is_one_line_per_bit_plane(bits):
     def per_slot(readout):
-        return formats.readout_lines_per_slot(readout, line_bits=line_bits, counter_bits=bits)
+        return formats.readout_lines_per_slot(readout, counter_bits=bits)
     assert per_slot(Readout.SIGN) == 1
-    assert per_slot(Readout.TERNARY) == 2  # lanes = line_bits, 2 bits each
-    assert per_slot(Readout.COUNTS) == counts_lines
-    assert per_slot(Readout.GATED) == 1  # lanes = line_bits / 2, 2 bits each
-    assert per_slot(Readout.SUMS) == sums_lines
-    # independent of the definition: lanes * padded width / line width
-    for readout in Readout:
-        lanes = line_bits if readout in (Readout.SIGN, Readout.TERNARY, Readout.COUNTS) else line_bits // 2
-        width = {Readout.SIGN: 1, Readout.TERNARY: 2, Readout.GATED: 2,
-                 Readout.COUNTS: formats.padded_lane_bits(bits),
-                 Readout.SUMS: formats.padded_lane_bits(bits + 1)}[readout]
-        assert per_slot(readout) * line_bits == lanes * width
+    assert per_slot(Readout.TERNARY) == 2      # the sign plane and the not-a-tie plane
+    assert per_slot(Readout.COUNTS) == bits    # a plane per counter bit
+    assert per_slot(Readout.GATED) == 1
+    assert per_slot(Readout.SUMS) == math.ceil((bits + 1) / 2)  # 2 bits of each sum per line
+    assert per_slot(int(Readout.COUNTS)) == bits  # the CSR encoding works too
+
+
+@pytest.mark.parametrize("bits,error,message", [
+    (0, ValueError, "counter_bits must be at least 1, not 0"),
+    (2.0, TypeError, "counter_bits must be an integer, not 2.0"),
+])
+def test_readout_lines_per_slot_refuses_a_bad_counter_width(bits, error, message):
+    with pytest.raises(error, match=exact(message)):
+        formats.readout_lines_per_slot(Readout.COUNTS, counter_bits=bits)
 
 
 def test_route_and_readout_csr_encodings():
@@ -178,17 +155,17 @@ def test_check_readout_refuses_a_readout_of_the_other_route():
 
 
 def test_check_readout_lines_groups_whole_readouts():
-    lines = np.arange(8 * 2 * 64, dtype=np.uint32).astype(np.uint8).reshape(16, 64)
-    slots = formats.check_readout_lines(lines, readout=Readout.COUNTS, line_bits=512, counter_bits=5)
-    assert slots.shape == (2, 8 * 64)
+    lines = np.arange(5 * 2 * 64, dtype=np.uint32).astype(np.uint8).reshape(10, 64)
+    slots = formats.check_readout_lines(lines, readout=Readout.COUNTS, counter_bits=5)
+    assert slots.shape == (2, 5, 64)
     np.testing.assert_array_equal(slots.reshape(-1), lines.reshape(-1))
 
 
 def test_check_readout_lines_refuses_partial_readouts():
     with pytest.raises(ValueError, match=exact(
-            "lines must hold whole COUNTS readouts of 8 lines each, not 7 lines")):
+            "lines must hold whole COUNTS readouts of 5 lines each, not 7 lines")):
         formats.check_readout_lines(np.zeros((7, 64), dtype=np.uint8), readout=Readout.COUNTS,
-                                    line_bits=512, counter_bits=5)
+                                    counter_bits=5)
 
 
 # --------------------------------------------------------------------------- FabricParams

@@ -6,7 +6,7 @@ import pytest
 from neuron_fabric.golden import gbinary
 from neuron_fabric.golden import lines as L
 from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, Route
-from neuron_fabric.hw.sign_count import SignCountEngine
+from neuron_fabric.hw.sign_count import SignCountEngine, majority_thresholds, majority_value
 from neuron_fabric.sim.amaranth_bench import evaluate_stage
 
 
@@ -26,21 +26,24 @@ def check_against_golden(engine, lines):
                                         counter_bits=cb, return_saturated=True)
         prefix.append(counts)
         saturated.append(sat.any(axis=1))
+    majority = majority_value(workers, max_workers=engine.max_workers)
     inputs, expected = [], []
     for j in range(n_lines):
         for k in range(workers):
             inputs.append(dict(counts=L.lanes_to_int(prefix[k][j], lane_bits=cb),
                                votes=L.line_to_int(lines[k, j]), fold=1,
-                               num_workers=workers, readout=0))
+                               majority=majority, readout=0, beat=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=cb)))
         for readout in READOUTS_BY_ROUTE[Route.GBINARY]:
             golden = gbinary.readout(prefix[-1][j:j + 1], readout=readout, num_workers=workers,
                                      counter_bits=cb)
-            inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
-                               votes=L.line_to_int(lines[0, j]), fold=0,
-                               num_workers=workers, readout=readout))
-            # Every line of the readout, line 0 lowest; lines past its last read 0.
-            expected.append((readout.name, j, None, L.line_to_int(golden.reshape(-1))))
+            # Every line of the readout, one per beat; a beat past its last line reads 0.
+            for beat in range(engine.readout_lines):
+                inputs.append(dict(counts=L.lanes_to_int(prefix[-1][j], lane_bits=cb),
+                                   votes=L.line_to_int(lines[0, j]), fold=0,
+                                   majority=majority, readout=readout, beat=beat))
+                want = L.line_to_int(golden[beat]) if beat < len(golden) else 0
+                expected.append((f"{readout.name} line {beat}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
     line_saturated = np.zeros(n_lines, bool)
     for (what, j, k, want), got in zip(expected, outputs):
@@ -89,17 +92,76 @@ def test_saturation_is_reported_only_when_a_counter_would_overflow():
     full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
     one_vote = L.line_to_int(L.pack_lanes(np.eye(1, 128, 7, dtype=np.uint8), lane_bits=1)[0])
     out = evaluate_stage(engine, [
-        dict(counts=full, votes=one_vote, fold=1, num_workers=8, readout=0),
-        dict(counts=full, votes=0, fold=1, num_workers=8, readout=0),
-        dict(counts=full, votes=one_vote, fold=0, num_workers=8, readout=0),
+        dict(counts=full, votes=one_vote, fold=1, majority=0, readout=0, beat=0),
+        dict(counts=full, votes=0, fold=1, majority=0, readout=0, beat=0),
+        dict(counts=full, votes=one_vote, fold=0, majority=0, readout=0, beat=0),
     ])
     assert [o["saturated"] for o in out] == [1, 0, 0]
     assert all(o["counts"] == full for o in out)
 
 
+@pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [
+    (2, 4, None, 0),      # the narrowest tile: one G-Ternary lane's worth of bits
+    (16, 16, None, 1),
+    (48, 64, None, 2),    # 7 counter bits: 7 COUNTS lines
+    (96, 8, 1, 3),        # a 1-bit counter: COUNTS is 1 line, TERNARY still 2
+])
+def test_a_tile_of_lanes_reads_out_its_part_of_every_line(line_bits, max_workers, counter_bits,
+                                                          seed):
+    """An engine for a tile of lanes gives, line for line, the bits its lanes have in the
+    whole line's readout: the golden readout of 128 lanes whose first lanes are the tile's."""
+    engine = SignCountEngine(line_bits=line_bits, max_workers=max_workers,
+                             counter_bits=counter_bits)
+    cb = engine.counter_bits
+    assert engine.readout_lines == max(2, cb)
+    assert len(engine.o.payload.readout) == line_bits
+    rng = np.random.default_rng(seed)
+    inputs, expected = [], []
+    for n in range(24):
+        num_workers = int(rng.integers(1, max_workers + 1))
+        counts = np.zeros((1, 128), np.uint8)
+        counts[0, :line_bits] = rng.integers(0, min(num_workers, 2**cb - 1) + 1, line_bits)
+        readout = READOUTS_BY_ROUTE[Route.GBINARY][n % 3]
+        golden = gbinary.readout(counts, readout=readout, num_workers=num_workers, counter_bits=cb)
+        for beat, line in enumerate(golden):
+            inputs.append(dict(counts=L.lanes_to_int(counts[0, :line_bits], lane_bits=cb),
+                               votes=0, fold=0, readout=readout, beat=beat,
+                               majority=majority_value(num_workers, max_workers=max_workers)))
+            expected.append((readout.name, beat, num_workers,
+                             L.line_to_int(line) & ((1 << line_bits) - 1)))
+    for (name, beat, num_workers, want), got in zip(expected, evaluate_stage(engine, inputs)):
+        assert got["readout"] == want, \
+            f"{name} line {beat} of a {line_bits}-bit tile, N={num_workers}"
+
+
+@pytest.mark.parametrize("max_workers", [2, 16, 64])
+def test_majority_thresholds_in_hardware_equal_their_integer_form(max_workers):
+    """The control plane computes the thresholds that testbenches feed engines directly."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+    num_workers = Signal(7)
+    thresholds = Signal(2 * max_workers.bit_length())
+    m = Module()
+    m.d.comb += thresholds.eq(majority_thresholds(num_workers, max_workers=max_workers))
+    got = {}
+
+    async def bench(ctx):
+        for n in range(1, max_workers + 1):
+            ctx.set(num_workers, n)
+            got[n] = ctx.get(thresholds)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {n: majority_value(n, max_workers=max_workers) for n in got}
+
+
 @pytest.mark.parametrize("kwargs,error,message", [
-    (dict(line_bits=100), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 100"),
+    (dict(line_bits=101), ValueError, "line_bits must be an even integer of at least 2, not 101"),
+    (dict(line_bits=0), ValueError, "line_bits must be an even integer of at least 2, not 0"),
+    (dict(line_bits=-2), ValueError, "line_bits must be an even integer of at least 2, not -2"),
     (dict(line_bits="512"), TypeError, "line_bits must be an integer, not '512'"),
+    (dict(line_bits=16.0), TypeError, "line_bits must be an integer, not 16.0"),
     (dict(max_workers=1), ValueError, "max_workers must be between 2 and 64, not 1"),
     (dict(max_workers=65), ValueError, "max_workers must be between 2 and 64, not 65"),
     (dict(max_workers=16, counter_bits=6), ValueError, "counter_bits must be between 1 and 5, not 6"),

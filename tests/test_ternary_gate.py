@@ -5,8 +5,8 @@ import pytest
 
 from neuron_fabric.golden import gternary
 from neuron_fabric.golden import lines as L
-from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, Route
-from neuron_fabric.hw.ternary_gate import TernaryGateEngine
+from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, Route, sum_limit
+from neuron_fabric.hw.ternary_gate import TernaryGateEngine, gate_less_one, gate_less_one_value
 from neuron_fabric.sim.amaranth_bench import evaluate_stage
 
 
@@ -32,18 +32,21 @@ def check_against_golden(engine, lines, gates):
     for j in range(n_lines):
         for k in range(workers):
             inputs.append(dict(sums=L.lanes_to_int(prefix[k][j], lane_bits=width),
-                               codes=L.line_to_int(lines[k, j]), fold=1, gate=0, readout=3))
+                               codes=L.line_to_int(lines[k, j]), fold=1, gate_less_one=0,
+                               readout=3, beat=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=width)))
         for readout in READOUTS_BY_ROUTE[Route.GTERNARY]:
             for gate in gates:
                 golden = gternary.readout(prefix[-1][j:j + 1], readout=readout, gate=gate,
                                           counter_bits=engine.counter_bits)
-                inputs.append(dict(sums=L.lanes_to_int(prefix[-1][j], lane_bits=width),
-                                   codes=L.line_to_int(lines[0, j]), fold=0, gate=gate,
-                                   readout=readout))
-                # Every line of the readout, line 0 lowest; lines past its last read 0.
-                expected.append((f"{readout.name} gate {gate}", j, None,
-                                 L.line_to_int(golden.reshape(-1))))
+                # Every line of the readout, one per beat; a beat past its last line reads 0.
+                for beat in range(engine.readout_lines):
+                    inputs.append(dict(
+                        sums=L.lanes_to_int(prefix[-1][j], lane_bits=width),
+                        codes=L.line_to_int(lines[0, j]), fold=0, readout=readout, beat=beat,
+                        gate_less_one=gate_less_one_value(gate, counter_bits=engine.counter_bits)))
+                    want = L.line_to_int(golden[beat]) if beat < len(golden) else 0
+                    expected.append((f"{readout.name} line {beat} gate {gate}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
     line_saturated = np.zeros(n_lines, bool)
     for (what, j, k, want), got in zip(expected, outputs):
@@ -92,8 +95,65 @@ def test_random_lines_with_invalid_codes_match_golden(line_bits, max_workers, co
     check_against_golden(engine, lines, gates=(0, 1, workers // 2, workers, 255))
 
 
+@pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [
+    (2, 4, None, 0),      # the narrowest tile: one lane
+    (16, 16, None, 1),    # 6-bit sums: 3 SUMS lines, no extension bit
+    (48, 8, None, 2),     # 5-bit sums: the last SUMS line repeats the sign
+    (96, 64, 2, 3),       # 3-bit sums in 2 lines
+])
+def test_a_tile_of_lanes_reads_out_its_part_of_every_line(line_bits, max_workers, counter_bits,
+                                                          seed):
+    """An engine for a tile of lanes gives, line for line, the bits its lanes have in the
+    whole line's readout: the golden readout of 64 lanes whose first lanes are the tile's."""
+    engine = TernaryGateEngine(line_bits=line_bits, max_workers=max_workers,
+                               counter_bits=counter_bits)
+    cb, lanes = engine.counter_bits, line_bits // 2
+    assert engine.readout_lines == (cb + 2) // 2
+    assert len(engine.o.payload.readout) == line_bits
+    limit = sum_limit(max_workers, cb)
+    rng = np.random.default_rng(seed)
+    inputs, expected = [], []
+    for n in range(24):
+        sums = np.zeros((1, 64), np.int8)
+        sums[0, :lanes] = rng.integers(-limit, limit + 1, lanes)
+        gate = int(rng.integers(0, limit + 2))
+        readout = READOUTS_BY_ROUTE[Route.GTERNARY][n % 2]
+        golden = gternary.readout(sums, readout=readout, gate=gate, counter_bits=cb)
+        for beat, line in enumerate(golden):
+            inputs.append(dict(sums=L.lanes_to_int(sums[0, :lanes], lane_bits=cb + 1), codes=0,
+                               fold=0, readout=readout, beat=beat,
+                               gate_less_one=gate_less_one_value(gate, counter_bits=cb)))
+            expected.append((readout.name, beat, gate, L.line_to_int(line) & ((1 << line_bits) - 1)))
+    for (name, beat, gate, want), got in zip(expected, evaluate_stage(engine, inputs)):
+        assert got["readout"] == want, f"{name} line {beat} of a {line_bits}-bit tile, GATE={gate}"
+
+
+@pytest.mark.parametrize("counter_bits", [1, 3, 5, 7])
+def test_gate_threshold_in_hardware_equals_its_integer_form(counter_bits):
+    """The control plane computes the threshold that testbenches feed engines directly."""
+    from amaranth.hdl import Module, Signal
+    from amaranth.sim import Simulator
+    gate = Signal(8)
+    threshold = Signal(counter_bits + 1)
+    m = Module()
+    m.d.comb += threshold.eq(gate_less_one(gate, counter_bits=counter_bits))
+    got = {}
+
+    async def bench(ctx):
+        for g in range(256):
+            ctx.set(gate, g)
+            got[g] = ctx.get(threshold)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {g: gate_less_one_value(g, counter_bits=counter_bits) for g in range(256)}
+
+
 @pytest.mark.parametrize("kwargs,error,message", [
-    (dict(line_bits=64), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 64"),
+    (dict(line_bits=63), ValueError, "line_bits must be an even integer of at least 2, not 63"),
+    (dict(line_bits=0), ValueError, "line_bits must be an even integer of at least 2, not 0"),
+    (dict(line_bits=None), TypeError, "line_bits must be an integer, not None"),
     (dict(max_workers=1.5), TypeError, "max_workers must be an integer, not 1.5"),
     (dict(max_workers=100), ValueError, "max_workers must be between 2 and 64, not 100"),
     (dict(max_workers=4, counter_bits=4), ValueError, "counter_bits must be between 1 and 3, not 4"),

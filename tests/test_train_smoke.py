@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
 from neuron_fabric.golden import train_check  # noqa: E402
+from neuron_fabric.golden.params import FabricParams  # noqa: E402
 from neuron_fabric.golden.train_check import Arm  # noqa: E402
 
 DIGITS = {"channels": (4, 8), "hidden": 16, "batch": 8, "train_steps": 10}
@@ -49,6 +50,7 @@ def test_report_files_are_written(report):
     out, result = report
     assert json.loads((out / "report.json").read_text())["workers"] == 2
     assert "| G-Binary backbone |" in (out / "report.md").read_text()
+    assert "| COUNTS | 8 | 5 | 3 (38%) |" in (out / "report.md").read_text()
     assert (out / "loss_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [arm["name"] for arm in result["arms"]] == [arm.name for arm in ARMS]
 
@@ -89,3 +91,36 @@ def test_injected_fault_falls_back_and_is_readmitted(report):
     ]
     # Warm-up steps 0-1 and fallback steps 5-7 ran FP32; steps 2-4 and 8-9 low-bit.
     assert arm["lowbit_steps"] == 5
+
+
+# --------------------------------------------------------------------------- readout lines
+
+def test_readout_lines_table_compares_padded_lanes_with_bit_planes_at_the_defaults():
+    table = train_check._readout_lines_table()
+    assert (table["line_bits"], table["max_workers"], table["counter_bits"]) == (512, 16, 5)
+    got = {row["readout"]: (row["padded_lane_lines"], row["bit_plane_lines"], row["saved_lines"])
+           for row in table["rows"]}
+    # padded lanes: 512 counters of 8 bits, 256 sums of 8 bits; bit-planes: 5 and 3 planes
+    assert got == {"SIGN": (1, 1, 0), "TERNARY": (2, 2, 0), "COUNTS": (8, 5, 3),
+                   "GATED": (1, 1, 0), "SUMS": (4, 3, 1)}
+
+
+@pytest.mark.parametrize("line_bits,max_workers,counts,sums", [
+    (128, 4, (4, 3), (2, 2)),     # 3-bit counters in 4-bit lanes, 4-bit sums
+    (1024, 8, (4, 4), (4, 3)),    # 4-bit counters, 5-bit sums padded to 8
+    (256, 64, (8, 7), (4, 4)),    # 7-bit counters, 8-bit sums
+])
+def test_readout_lines_table_for_other_devices(line_bits, max_workers, counts, sums):
+    table = train_check._readout_lines_table(FabricParams(line_bits=line_bits, max_workers=max_workers))
+    rows = {row["readout"]: (row["padded_lane_lines"], row["bit_plane_lines"]) for row in table["rows"]}
+    assert rows["COUNTS"] == counts and rows["SUMS"] == sums
+    assert rows["SIGN"] == rows["GATED"] == (1, 1) and rows["TERNARY"] == (2, 2)
+
+
+def test_report_markdown_has_the_readout_lines_section():
+    report = {"workers": 2, "seed": 0, "quick": True, "rows": [], "targets": [],
+              "readout_lines": train_check._readout_lines_table()}
+    text = train_check._markdown(report)
+    assert "## Readout lines per slot (512-bit lines, 16 workers, 5-bit counters)" in text
+    assert "| readout | padded-lane format | bit-planes | saved |" in text
+    assert "| SUMS | 4 | 3 | 1 (25%) |" in text and "| SIGN | 1 | 1 | 0 |" in text

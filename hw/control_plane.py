@@ -1,0 +1,421 @@
+"""The controller's control plane: everything narrow (docs/design.md, "Controller").
+
+Decode, the contribution bitmaps and statuses, the CSRs, the clearing sweep, admission by
+credits, and the order of responses and memory requests all live here, one small block
+beside the row of lane tiles. It decides everything a tile needs ahead of time and sends it
+as two registered control words, so the wide datapath never waits and no decision is made
+from across the die.
+"""
+
+from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, memory, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden.controller import Op, Status
+from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route
+from ..golden.params import ADDR_BITS, FabricParams
+from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
+from .csr import CSRBlock, field_port, written_port
+from .layouts import CSRBusSignature, OP_BITS, STATUS_BITS, readout_lines
+from .lane_tile import fold_word_layout, most_readout_lines, read_word_layout
+from .sign_count import majority_thresholds
+from .ternary_gate import gate_less_one
+
+__all__ = ["ControlPlane", "request_control_layout", "response_control_layout",
+           "memory_control_layout"]
+
+
+def request_control_layout(*, worker_bits):
+    """The narrow part of a request: what the control plane decides from."""
+    return data.StructLayout({"op": OP_BITS, "addr": ADDR_BITS, "worker": worker_bits})
+
+
+def response_control_layout():
+    """The narrow part of a response beat; ``from_memory``: its line is the memory's data."""
+    return data.StructLayout({"status": STATUS_BITS, "last": 1, "from_memory": 1})
+
+
+def memory_control_layout():
+    """The narrow part of a memory request; its line is in the tiles' buffers."""
+    return data.StructLayout({"write": 1, "addr": ADDR_BITS})
+
+
+class ControlPlane(wiring.Component):
+    """Decides, in order, what each request does, and keeps responses in request order.
+
+    One word enters the pipeline per clock: a request, a later line of a readout, a row of
+    the clearing sweep, or nothing. The stages (cycles after the request's transfer):
+
+    1. the request's narrow part is registered, its window decoded;
+    2. the word is formed; its row's bitmap is read; the read word leaves for the tiles,
+       with the forwarding choice for writes two or three words ahead;
+    3. status from the bitmap (forwarded from the two words ahead); the fold word leaves;
+    4. the bitmap is written back; flags and counters count the word;
+    7. the word's response and memory request enter the buffers, with the tiles' slices.
+
+    **Admission**: by credits. ``i_req.ready`` is high while the response and memory
+    buffers have room for everything in flight and the longest readout; a readout of ``k``
+    lines takes ``k`` words, so ``i_req.ready`` drops for the ``k - 1`` cycles after it.
+    The clearing sweep also closes admission. Nothing inside waits on the outputs.
+
+    Parameters
+    ----------
+    params : FabricParams
+    buffer_depth : int
+        Entries of the response and memory-request buffers.
+
+    Members
+    -------
+    i_req : ``In(stream.Signature(request_control_layout(...)))``
+    csr : ``In(CSRBusSignature)``
+    read_word, fold_word : ``Out``
+        The tiles' control words (registered; see :mod:`~neuron_fabric.hw.lane_tile`).
+    o_resp : ``Out(stream.Signature(response_control_layout()))``
+        The response beat at the head of the buffer.
+    o_mem : ``Out(stream.Signature(memory_control_layout()))``
+        The memory request at the head of the buffer.
+    saturated, invalid : ``In(1)``
+        The tiles' flags, ORed; each cycle's value belongs to one word's fold (counted in
+        INVALID_LINES), two cycles after it.
+    stalled : ``In(1)``
+        An output is stalled this cycle (counted in STALL_CYCLES).
+    """
+
+    def __init__(self, *, params, buffer_depth=16):
+        if not isinstance(params, FabricParams):
+            raise TypeError(f"params must be a FabricParams, not {params!r}")
+        self.params = params
+        self.buffer_depth = buffer_depth
+        self.regmap = register_map(params)
+        p = params
+        self.rows = p.num_windows * p.depth
+        self.readout_lines = most_readout_lines(p.counter_bits)
+        if buffer_depth < self.readout_lines + 1:
+            raise ValueError(f"buffer_depth must be at least {self.readout_lines + 1} (the "
+                             f"longest readout and one more), not {buffer_depth!r}")
+        super().__init__({
+            "i_req": In(stream.Signature(request_control_layout(worker_bits=p.worker_bits))),
+            "csr": In(CSRBusSignature(addr_width=self.regmap.address_bits)),
+            "read_word": Out(read_word_layout(self.rows)),
+            "fold_word": Out(fold_word_layout(max_workers=p.max_workers,
+                                              counter_bits=p.counter_bits,
+                                              readout_lines=self.readout_lines)),
+            "o_resp": Out(stream.Signature(response_control_layout())),
+            "o_mem": Out(stream.Signature(memory_control_layout())),
+            "saturated": In(1),
+            "invalid": In(1),
+            "stalled": In(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        p = self.params
+        MW, D, rows = p.max_workers, self.buffer_depth, self.rows
+        most_lines = self.readout_lines
+
+        m.submodules.csr_block = csr_block = CSRBlock(regmap=self.regmap)
+        wiring.connect(m, wiring.flipped(self.csr), csr_block.bus)
+        regs = csr_block.fields
+
+        def reg(register, field):
+            r = self.regmap[register]
+            return getattr(regs, field_port(r, r.field(field)))
+
+        num_workers = reg("NUM_WORKERS", "N")
+        complete_mask = Signal(MW)  # workers 0 .. N-1
+        m.d.comb += complete_mask.eq(Cat(num_workers > i for i in range(MW)))
+        workers_ok = (num_workers >= 1) & (num_workers <= MW)
+
+        def lines_of(readout):
+            lines = C(1, range(most_lines + 1))
+            for r in Readout:
+                lines = Mux(readout == r, readout_lines(r, counter_bits=p.counter_bits), lines)
+            return lines
+
+        # ------------------------------------------------------------ 1. request
+        q_valid = Signal()
+        q_op = Signal(OP_BITS, reset_less=True)
+        q_addr = Signal(ADDR_BITS, reset_less=True)
+        q_worker = Signal(p.worker_bits, reset_less=True)
+        admit = self.i_req.valid & self.i_req.ready
+        m.d.sync += [q_valid.eq(admit), q_op.eq(self.i_req.payload.op),
+                     q_addr.eq(self.i_req.payload.addr), q_worker.eq(self.i_req.payload.worker)]
+
+        # The lowest-numbered enabled window whose [BASE, BASE + SIZE) holds the address
+        # (modulo 2**ADDR_BITS) claims it; its slot is the offset from BASE.
+        claimed = C(0, 1)
+        row, route, readout, config_ok = C(0, 1), C(0, 1), C(0, 3), C(0, 1)
+        for w in reversed(range(p.num_windows)):
+            offset = Signal(ADDR_BITS, name=f"win{w}_offset")
+            hit = Signal(name=f"win{w}_hit")
+            w_route = reg(window_register(w, "CONFIG"), "ROUTE")
+            w_readout = reg(window_register(w, "CONFIG"), "READOUT")
+            w_size = reg(window_register(w, "SIZE"), "SLOTS")
+            readout_ok = Mux(
+                w_route == Route.GBINARY,
+                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GBINARY]).any(),
+                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GTERNARY]).any())
+            m.d.comb += [
+                offset.eq(q_addr - reg(window_register(w, "BASE"), "ADDR")),
+                hit.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")
+                       & (offset < w_size)),
+            ]
+            slot = offset[:max(1, (p.depth - 1).bit_length())]
+            claimed = hit | claimed
+            row = Mux(hit, w * p.depth + slot, row)
+            route = Mux(hit, w_route, route)
+            readout = Mux(hit, w_readout, readout)
+            config_ok = Mux(hit, (w_size <= p.depth) & readout_ok & workers_ok, config_ok)
+        q_claimed, q_row, q_config_ok = Signal(), Signal(range(rows)), Signal()
+        q_route, q_readout = Signal(), Signal(3)
+        m.d.comb += [q_claimed.eq(claimed), q_row.eq(row), q_route.eq(route),
+                     q_readout.eq(readout), q_config_ok.eq(config_ok)]
+        # A readout of k lines: the k - 1 words after it carry its later lines.
+        q_lines = Signal(range(most_lines + 1))
+        m.d.comb += q_lines.eq(Mux(q_claimed & q_config_ok & (q_op != Op.WRITE),
+                                   lines_of(q_readout), 1))
+        q_multi = q_valid & (q_lines > 1)
+        beats_left = Signal(range(most_lines))     # later lines still to issue
+        next_beat = Signal(range(max(2, most_lines)))
+        read_lines = Signal(range(most_lines + 1))
+        with m.If(q_multi):
+            m.d.sync += [beats_left.eq(q_lines - 1), next_beat.eq(1), read_lines.eq(q_lines)]
+        with m.Elif(beats_left != 0):
+            m.d.sync += [beats_left.eq(beats_left - 1), next_beat.eq(next_beat + 1)]
+
+        # ------------------------------------------------------------ clearing sweep
+        # Reset, CLEAR_SLOTS and window writes mark windows to clear. Admission closes;
+        # once the words in front are formed, each marked window's rows get an empty row,
+        # one word per cycle, behind every request taken before.
+        clear_pending = Signal(p.num_windows, init=(1 << p.num_windows) - 1)
+        sweeping = Signal()
+        sweep_window = Signal(range(p.num_windows))
+        sweep_slot = Signal(range(p.depth))
+        requested = Cat(
+            regs.control_clear_slots
+            | Cat(getattr(regs, written_port(self.regmap[window_register(w, name)]))
+                  for name in ("BASE", "SIZE", "CONFIG")).any()
+            for w in range(p.num_windows))
+        next_pending = Signal(p.num_windows)
+        m.d.comb += next_pending.eq(clear_pending | requested)
+        with m.If(sweeping):
+            m.d.sync += sweep_slot.eq(sweep_slot + 1)
+            with m.If(sweep_slot == p.depth - 1):
+                m.d.sync += [sweeping.eq(0), sweep_slot.eq(0)]
+            m.d.sync += clear_pending.eq(next_pending)
+        with m.Elif(clear_pending.any() & ~q_valid & (beats_left == 0)):
+            # Start on the lowest marked window; unmark it now, so a request that comes in
+            # during its sweep marks it again.
+            m.d.sync += sweeping.eq(1)
+            for w in reversed(range(p.num_windows)):
+                with m.If(clear_pending[w]):
+                    m.d.sync += sweep_window.eq(w)
+            lowest = Signal(p.num_windows)
+            m.d.comb += lowest.eq(clear_pending & -clear_pending)
+            m.d.sync += clear_pending.eq(next_pending & ~lowest)
+        with m.Else():
+            m.d.sync += clear_pending.eq(next_pending)
+
+        # ------------------------------------------------------------ 2. word
+        word_shape = dict(
+            request=1, beat_word=1, sweep=1, op=OP_BITS, addr=ADDR_BITS, worker=p.worker_bits,
+            claimed=1, row=range(rows), route=1, readout=3, config_ok=1,
+            beat=range(max(2, most_lines)), last_beat=1, lines=range(most_lines + 1))
+
+        def stage(name):
+            return {key: Signal(shape, name=f"{name}_{key}",
+                                reset_less=key not in ("request", "beat_word", "sweep"))
+                    for key, shape in word_shape.items()}
+
+        d, s = stage("word"), stage("status")
+        # A readout's later lines follow it directly and keep its route and readout.
+        with m.If(q_valid):
+            m.d.sync += [d["route"].eq(q_route), d["readout"].eq(q_readout)]
+        m.d.sync += [
+            d["request"].eq(q_valid), d["beat_word"].eq(beats_left != 0), d["sweep"].eq(sweeping),
+            d["op"].eq(q_op), d["addr"].eq(q_addr), d["worker"].eq(q_worker),
+            d["claimed"].eq(q_claimed), d["config_ok"].eq(q_config_ok), d["lines"].eq(q_lines),
+            d["row"].eq(Mux(sweeping, sweep_window * p.depth + sweep_slot, q_row)),
+            d["beat"].eq(next_beat), d["last_beat"].eq(next_beat == read_lines - 1),
+        ]
+        m.d.sync += [s[key].eq(d[key]) for key in word_shape]
+
+        # Writes still in flight, by distance: ``w1`` one word ahead of the status stage
+        # (stage 4), ``w2`` two words ahead (stage 5).
+        w1_writes, w2_writes = Signal(), Signal()
+        w1_row, w2_row = Signal(range(rows), reset_less=True), Signal(range(rows), reset_less=True)
+        w1_bitmap, w2_bitmap = Signal(MW, reset_less=True), Signal(MW, reset_less=True)
+        m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap)]
+
+        # The tiles read the row now; a write two or three words ahead of this word is not
+        # in their block RAM by then, so they take its result instead, chosen here.
+        by_two = w1_writes & (w1_row == d["row"])
+        by_three = w2_writes & (w2_row == d["row"])
+        m.d.sync += [self.read_word.row.eq(d["row"]),
+                     self.read_word.use_earlier.eq(by_two | by_three),
+                     self.read_word.earlier_by_three.eq(~by_two)]
+
+        bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[])
+        m.submodules.bitmaps = bitmaps
+        bitmaps_rd = bitmaps.read_port()
+        bitmaps_wr = bitmaps.write_port()
+        m.d.comb += [bitmaps_rd.addr.eq(d["row"]), bitmaps_rd.en.eq(1)]
+
+        # ------------------------------------------------------------ 3. status
+        bitmap_in = Signal(MW)
+        m.d.comb += bitmap_in.eq(Mux(w1_writes & (w1_row == s["row"]), w1_bitmap,
+                                     Mux(w2_writes & (w2_row == s["row"]), w2_bitmap,
+                                         bitmaps_rd.data)))
+        is_write = s["op"] == Op.WRITE
+        is_read_clear = s["op"] == Op.READ_CLEAR
+        worker_bit = Signal(MW)
+        m.d.comb += worker_bit.eq(Cat(s["worker"] == i for i in range(MW)))
+        status = Signal(STATUS_BITS)
+        flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS
+                 if flag not in ("SATURATED", "INVALID_CODE")}
+        accepted = Signal()        # a write to be folded
+        with m.If(~s["claimed"]):
+            with m.If(is_read_clear):
+                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
+            with m.Else():
+                m.d.comb += status.eq(Status.OK)
+        with m.Elif(~s["config_ok"]):
+            m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_CONFIG"].eq(1)]
+        with m.Elif(is_write):
+            with m.If(s["worker"] >= num_workers):
+                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
+            with m.Elif((bitmap_in & worker_bit).any()):
+                m.d.comb += [status.eq(Status.DUPLICATE), flags["DUPLICATE"].eq(1)]
+            with m.Else():
+                m.d.comb += [status.eq(Status.OK), accepted.eq(1)]
+        with m.Elif((bitmap_in & complete_mask) != complete_mask):
+            m.d.comb += [status.eq(Status.NOT_READY), flags["NOT_READY"].eq(1)]
+        with m.Else():
+            m.d.comb += status.eq(Status.OK)
+
+        request = s["request"]
+        ok = status == Status.OK
+        to_memory = ~s["claimed"] & (s["op"] != Op.READ_CLEAR)
+        fold = request & accepted
+        read_clears = request & s["claimed"] & s["config_ok"] & is_read_clear & ok
+        answers_readout = request & s["claimed"] & ~is_write & ok
+        # A readout's later lines answer only when its first did.
+        readout_answered = Signal()
+        with m.If(request):
+            m.d.sync += readout_answered.eq(answers_readout)
+        beat_answers = s["beat_word"] & readout_answered
+        writes_row = fold | read_clears | s["sweep"]
+        gbinary = s["route"] == Route.GBINARY
+        m.d.sync += [
+            self.fold_word.fold_gbinary.eq(fold & gbinary),
+            self.fold_word.fold_gternary.eq(fold & ~gbinary),
+            self.fold_word.clear.eq(read_clears | s["sweep"]),
+            self.fold_word.write_row.eq(writes_row),
+            self.fold_word.from_last.eq(w1_writes & (w1_row == s["row"])),
+            self.fold_word.capture.eq(~s["beat_word"]),
+            self.fold_word.gbinary.eq(gbinary),
+            self.fold_word.readout.eq(s["readout"]),
+            self.fold_word.majority.eq(majority_thresholds(num_workers, max_workers=MW)),
+            self.fold_word.gate_less_one.eq(gate_less_one(reg("GATE", "GATE"),
+                                                          counter_bits=p.counter_bits)),
+            self.fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
+            self.fold_word.quiet.eq(~beat_answers & ~answers_readout),
+            self.fold_word.push_response.eq(request | beat_answers),
+            self.fold_word.push_memory.eq(request & to_memory),
+        ]
+
+        # ------------------------------------------------------------ 4. write-back
+        m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"]),
+                     w1_bitmap.eq(Mux(read_clears | s["sweep"], 0, bitmap_in | worker_bit))]
+        m.d.comb += [bitmaps_wr.addr.eq(w1_row), bitmaps_wr.data.eq(w1_bitmap),
+                     bitmaps_wr.en.eq(w1_writes)]
+
+        # The narrow part of the word's response and memory request, delayed to meet the
+        # tiles' slices at the buffers (stage 7).
+        entry = data.StructLayout({
+            "push_response": 1, "push_memory": 1,
+            "response": response_control_layout(), "memory": memory_control_layout()})
+        entries = [Signal(entry, name=f"entry_{stage}") for stage in (4, 5, 6, 7)]
+        m.d.sync += [
+            entries[0].push_response.eq(request | beat_answers),
+            entries[0].push_memory.eq(request & to_memory),
+            entries[0].response.status.eq(Mux(beat_answers, Status.OK, status)),
+            entries[0].response.last.eq(Mux(s["beat_word"], s["last_beat"],
+                                            ~answers_readout | (s["lines"] == 1))),
+            entries[0].response.from_memory.eq(request & to_memory & ~is_write),
+            entries[0].memory.write.eq(is_write),
+            entries[0].memory.addr.eq(s["addr"]),
+        ]
+        m.d.sync += [later.eq(earlier) for earlier, later in zip(entries, entries[1:])]
+        at_buffers = entries[-1]
+
+        # ------------------------------------------------------------ 7. buffers and credits
+        m.submodules.responses = responses = fifo.SyncFIFO(
+            width=response_control_layout().size, depth=D)
+        m.submodules.requests = requests = fifo.SyncFIFO(
+            width=memory_control_layout().size, depth=D)
+        m.d.comb += [
+            responses.w_en.eq(at_buffers.push_response),
+            responses.w_data.eq(at_buffers.response),
+            self.o_resp.valid.eq(responses.r_rdy),
+            self.o_resp.payload.eq(responses.r_data),
+            responses.r_en.eq(self.o_resp.ready),
+            requests.w_en.eq(at_buffers.push_memory),
+            requests.w_data.eq(at_buffers.memory),
+            self.o_mem.valid.eq(requests.r_rdy),
+            self.o_mem.payload.eq(requests.r_data),
+            requests.r_en.eq(self.o_mem.ready),
+        ]
+        # Credits: a request reserves a response and a memory request when it is taken; a
+        # readout reserves its later lines a cycle later. The status stage hands back what
+        # a word will not use; a pop hands back what it used.
+        response_used = Signal(range(D + 1))
+        memory_used = Signal(range(D + 1))
+        m.d.sync += [
+            response_used.eq(response_used + admit + Mux(q_multi, q_lines - 1, 0)
+                             - (s["beat_word"] & ~readout_answered)
+                             - (self.o_resp.valid & self.o_resp.ready)),
+            memory_used.eq(memory_used + admit - (request & ~to_memory)
+                           - (self.o_mem.valid & self.o_mem.ready)),
+        ]
+        clear_busy = clear_pending.any() | sweeping
+        m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2)
+                                        & (response_used <= D - most_lines)
+                                        & (memory_used <= D - 1))
+
+        # ------------------------------------------------------------ flags and counters
+        w1_request = Signal()
+        w1_events = Signal(8)
+        w1_flags = Signal(len(flags))
+        names = ("GBIN_LINES", "GTERN_LINES", "FP32_LINES", "RESPONSES", "NOT_READY_COUNT",
+                 "DUPLICATE_COUNT", "BAD_REQUEST_COUNT")
+        events = {
+            "GBIN_LINES": fold & gbinary,
+            "GTERN_LINES": fold & ~gbinary,
+            "FP32_LINES": to_memory,
+            "RESPONSES": 1,
+            "NOT_READY_COUNT": status == Status.NOT_READY,
+            "DUPLICATE_COUNT": status == Status.DUPLICATE,
+            "BAD_REQUEST_COUNT": status == Status.BAD_REQUEST,
+        }
+        m.d.sync += [w1_request.eq(request),
+                     w1_events.eq(Cat(events[name] for name in names)),
+                     w1_flags.eq(Cat(flags.values()))]
+        for flag, bit in zip(flags, w1_flags):
+            m.d.comb += getattr(regs, f"errors_{flag.lower()}_set").eq(w1_request & bit)
+        m.d.comb += [regs.errors_saturated_set.eq(self.saturated),
+                     regs.errors_invalid_code_set.eq(self.invalid)]
+        for name in COUNTERS:
+            counter = Signal(32, name=f"count_{name.lower()}")
+            if name == "STALL_CYCLES":
+                event = self.stalled
+            elif name == "INVALID_LINES":
+                event = self.invalid
+            else:
+                event = w1_request & w1_events[names.index(name)]
+            with m.If(regs.control_clear_counters):
+                m.d.sync += counter.eq(0)
+            with m.Elif(event):
+                m.d.sync += counter.eq(counter + 1)
+            m.d.comb += getattr(regs, f"{name.lower()}_count").eq(counter)
+        return m

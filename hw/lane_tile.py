@@ -1,0 +1,314 @@
+"""A lane tile: one slice of the controller's wide datapath (docs/design.md, "Lane tiles").
+
+The controller's data plane is a row of identical tiles. A tile owns ``tile_lanes`` line
+bits of everything wide: its slice of the request line, the block RAM holding its lanes of
+every slot, the fold of both routes, the forwarding of writes still in flight, its slice
+of every readout line and its slices of the response and memory-request buffers. Lanes
+never talk to each other, so nothing wide crosses from one tile to the next; the control
+plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile the same
+thing through two registered control words.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..golden._validate import check_int
+from ..golden.formats import Route, check_counter_bits
+from .layouts import check_hw_max_workers, max_readout_lines
+from .sign_count import SignCountEngine, majority_layout
+from .ternary_gate import TernaryGateEngine
+
+__all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "FOLD_STAGE", "WRITE_STAGE",
+           "READ_WORD_STAGE", "FOLD_WORD_STAGE"]
+
+# The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
+# control plane issues each word so that it is in the tile's own register at the stage
+# named, and the request's data line has been delayed to meet it.
+READ_WORD_STAGE = 4   #: the read word is in the tile's register; the slot row is read
+FOLD_WORD_STAGE = 5   #: the fold word is in the tile's register
+FOLD_STAGE = 6        #: the lane groups fold (their copies of the fold word are loaded)
+WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's slices
+
+# Copies of a control register exist to cut its fan-out; synthesis must not merge them.
+KEEP = {"keep": 1}
+
+
+def read_word_layout(rows):
+    """What a tile needs before the fold: the row to read and where forwarding comes from.
+
+    ``use_earlier``: a write two or three words ahead, still in flight, has this row; its
+    result replaces the block RAM's data. ``earlier_by_three``: that write is three words
+    ahead (else two). A write one word ahead is the fold word's ``from_last``.
+    """
+    return data.StructLayout({
+        "row": range(rows),
+        "use_earlier": 1,
+        "earlier_by_three": 1,
+    })
+
+
+def fold_word_layout(*, max_workers, counter_bits, readout_lines):
+    """What a tile does with the row: fold, clear, write back, read out, buffer.
+
+    The readout's thresholds arrive computed (``majority`` from NUM_WORKERS,
+    ``gate_less_one`` from GATE), so no tile repeats that arithmetic.
+    """
+    return data.StructLayout({
+        "fold_gbinary": 1,    # add the line's votes (an accepted G-Binary write)
+        "fold_gternary": 1,   # add the line's codes (an accepted G-Ternary write)
+        "clear": 1,           # write an empty row (READ_CLEAR, or the clearing sweep)
+        "write_row": 1,       # write the result back
+        "from_last": 1,       # the previous word wrote this row: fold its result
+        "capture": 1,         # keep this word's readout (not a later beat of a readout)
+        "gbinary": 1,         # the route whose readout is kept
+        "readout": 3,         # the readout kind (golden ``Readout``)
+        "majority": majority_layout(max_workers),
+        "gate_less_one": unsigned(counter_bits + 1),
+        "beat": range(max(2, readout_lines)),  # which readout line this word answers
+        "quiet": 1,           # answer with a zero line
+        "push_response": 1,   # this word answers a beat
+        "push_memory": 1,     # this word is a memory request (its line goes downstream)
+    })
+
+
+class LaneTile(wiring.Component):
+    """``tile_lanes`` line bits of the data plane: slot RAM, fold, forwarding, readout, buffers.
+
+    **Throughput**: one word per clock, always: nothing in the tile waits. Back-to-back
+    writes to one slot fold at II = 1: a write still in flight (one, two or three words
+    ahead) is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice
+    sits in the fold loop (the previous word's result or the rest); the rest is chosen a
+    cycle before the fold.
+    **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
+    the read word in cycle 3 and the fold word in cycle 4 (the control plane's registers);
+    the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE` and written
+    back, with the readout slice pushed into the response buffer, at :data:`WRITE_STAGE`.
+    **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
+    plane admits requests only when every buffer has room (credits), so a push never finds
+    a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
+    **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes
+    (kept through synthesis), so no control net reaches more than one group.
+
+    The slot RAM's read port returns don't-care on a same-row write in the same cycle: the
+    tile never uses that data (it forwards), so synthesis needs no collision logic.
+
+    Parameters
+    ----------
+    tile_lanes : int
+        Line bits in the tile: an even number that ``group_lanes`` divides.
+    group_lanes : int
+        Line bits per copy of the control fields: an even number.
+    max_workers : int
+        Largest NUM_WORKERS (2 to 64).
+    counter_bits : int or None
+        Counter width; None gives ``ceil(log2(max_workers + 1))``.
+    rows : int
+        Slots in all windows (``NUM_WINDOWS * DEPTH``).
+    buffer_depth : int
+        Entries of the response and memory-request buffers (2 to 1024).
+
+    Members
+    -------
+    i_data : ``In(tile_lanes)``
+        The tile's slice of ``i_req.payload.data``, taken in the transfer's cycle.
+    read_word : ``In(read_word_layout(rows))``
+    fold_word : ``In(fold_word_layout(...))``
+        From the control plane's registers, one per clock (all zero for no word).
+    pop_response, pop_memory : ``In(1)``
+        The response or memory request at the head of the buffers leaves this cycle.
+    response_from_memory : ``In(1)``, i_mem_data : ``In(tile_lanes)``
+        The head response is a memory read: its slice is the memory's data.
+    o_response : ``Out(tile_lanes)``, o_memory : ``Out(tile_lanes)``
+        The slices at the heads of the buffers (a response, a memory request's line).
+    saturated, invalid : ``Out(1)``
+        Registered: a fold one cycle ago saturated a lane, or met an invalid code.
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a parameter of the wrong type or out of range.
+    """
+
+    def __init__(self, *, tile_lanes=32, group_lanes=8, max_workers=16, counter_bits=None,
+                 rows=128, buffer_depth=16):
+        self.tile_lanes = _check_even("tile_lanes", tile_lanes)
+        self.group_lanes = _check_even("group_lanes", group_lanes)
+        if self.tile_lanes % self.group_lanes:
+            raise ValueError(f"group_lanes must divide tile_lanes ({tile_lanes}), "
+                             f"not {group_lanes!r}")
+        self.max_workers = check_hw_max_workers(max_workers)
+        self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+        self.rows = check_int("rows", rows, low=1)
+        self.buffer_depth = check_int("buffer_depth", buffer_depth, low=2, high=1024)
+        self.readout_lines = most_readout_lines(self.counter_bits)
+        super().__init__({
+            "i_data": In(self.tile_lanes),
+            "read_word": In(read_word_layout(self.rows)),
+            "fold_word": In(fold_word_layout(max_workers=self.max_workers,
+                                             counter_bits=self.counter_bits,
+                                             readout_lines=self.readout_lines)),
+            "pop_response": In(1),
+            "pop_memory": In(1),
+            "response_from_memory": In(1),
+            "i_mem_data": In(self.tile_lanes),
+            "o_response": Out(self.tile_lanes),
+            "o_memory": Out(self.tile_lanes),
+            "saturated": Out(1),
+            "invalid": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        T, G, CW = self.tile_lanes, self.group_lanes, self.counter_bits
+        row_bits = T * CW
+
+        # ------------------------------------------------------------ the data line
+        # Free-running delay: the control plane knows which cycles carry a word.
+        line = {0: self.i_data}
+        for stage in range(1, WRITE_STAGE + 1):
+            line[stage] = Signal(T, name=f"line_{stage}", reset_less=True)
+            m.d.sync += line[stage].eq(line[stage - 1])
+
+        # ------------------------------------------------------------ control copies
+        read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
+        read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
+        fold_word = Signal(fold_layout, name="tile_fold_word", reset_less=True, attrs=KEEP)
+        m.d.sync += [read_word.eq(self.read_word), fold_word.eq(self.fold_word)]
+        row_at = {READ_WORD_STAGE: read_word.row}
+        for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
+            row_at[stage] = Signal.like(read_word.row, name=f"row_{stage}", reset_less=True)
+            m.d.sync += row_at[stage].eq(row_at[stage - 1])
+        # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers.
+        folding = Signal(fold_layout, name="tile_fold_word_folding", reset_less=True)
+        late = Signal(fold_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
+        m.d.sync += [folding.eq(fold_word), late.eq(folding)]
+
+        # ------------------------------------------------------------ slot rows
+        slots = memory.Memory(shape=unsigned(row_bits), depth=self.rows, init=[])
+        m.submodules.slots = slots
+        slots_rd = slots.read_port()
+        slots_wr = slots.write_port()
+        row_read = Signal(row_bits, reset_less=True)       # the block RAM's output register
+        row_new = Signal(row_bits, reset_less=True)        # the fold's result, written back
+        row_before = Signal(row_bits, reset_less=True)     # the result one word earlier
+        row_earlier = Signal(row_bits, reset_less=True)    # chosen a cycle before the fold
+        m.d.comb += [slots_rd.addr.eq(row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
+        m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new)]
+        m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
+                     slots_wr.en.eq(late.write_row)]
+
+        # ------------------------------------------------------------ lane groups
+        # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
+        # it reads out the kept row, the beat's line of it. Each stage has its own copy of
+        # the fields it uses.
+        group_flags = []
+        response_line = []
+        for g in range(T // G):
+            low, high = g * G * CW, (g + 1) * G * CW
+            early = Signal(read_layout, name=f"g{g}_read_word", reset_less=True, attrs=KEEP)
+            fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
+            out = Signal(fold_layout, name=f"g{g}_out_word", reset_less=True, attrs=KEEP)
+            m.d.sync += [early.eq(read_word), fold.eq(fold_word), out.eq(fold)]
+
+            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the results two and three
+            # words ahead; the fold then takes the previous word's result or that choice.
+            m.d.sync += row_earlier[low:high].eq(
+                Mux(early.earlier_by_three, row_before[low:high], row_new[low:high]))
+            use_earlier = Signal(name=f"g{g}_use_earlier", reset_less=True, attrs=KEEP)
+            m.d.sync += use_earlier.eq(early.use_earlier)
+            row_in = Mux(fold.from_last, row_new[low:high],
+                         Mux(use_earlier, row_earlier[low:high], row_read[low:high]))
+
+            votes = line[FOLD_STAGE][g * G:(g + 1) * G]
+            signs, codes = self._engines(m, f"g{g}_fold")
+            m.d.comb += [
+                signs.i.payload.counts.eq(row_in),
+                signs.i.payload.votes.eq(votes),
+                signs.i.payload.fold.eq(fold.fold_gbinary),
+                codes.i.payload.sums.eq(_sums_of_row(row_in, CW)),
+                codes.i.payload.codes.eq(votes),
+                codes.i.payload.fold.eq(fold.fold_gternary),
+            ]
+            folded = Mux(fold.gbinary, signs.o.payload.counts.as_value(),
+                         _row_of_sums(codes.o.payload.sums.as_value(), CW))
+            m.d.sync += row_new[low:high].eq(Mux(fold.clear, 0, folded))
+            flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
+            m.d.sync += flags.eq(Cat(signs.o.payload.saturated | codes.o.payload.saturated,
+                                     codes.o.payload.invalid))
+            group_flags.append(flags)
+
+            kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
+            with m.If(fold.capture):
+                m.d.sync += kept.eq(row_in)
+            signs, codes = self._engines(m, f"g{g}_readout")
+            m.d.comb += [
+                signs.i.payload.counts.eq(kept),
+                signs.i.payload.majority.eq(out.majority),
+                signs.i.payload.readout.eq(out.readout),
+                signs.i.payload.beat.eq(out.beat),
+                codes.i.payload.sums.eq(_sums_of_row(kept, CW)),
+                codes.i.payload.gate_less_one.eq(out.gate_less_one),
+                codes.i.payload.readout.eq(out.readout),
+                codes.i.payload.beat.eq(out.beat),
+            ]
+            response_line.append(Mux(out.quiet, 0, Mux(out.gbinary, signs.o.payload.readout,
+                                                         codes.o.payload.readout)))
+        m.d.sync += [self.saturated.eq(Cat(f[0] for f in group_flags).any()),
+                     self.invalid.eq(Cat(f[1] for f in group_flags).any())]
+
+        # ------------------------------------------------------------ buffers
+        m.submodules.responses = responses = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
+        m.submodules.requests = requests = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
+        m.d.comb += [
+            responses.w_en.eq(late.push_response),
+            responses.w_data.eq(Cat(response_line)),
+            responses.r_en.eq(self.pop_response),
+            self.o_response.eq(Mux(self.response_from_memory, self.i_mem_data, responses.r_data)),
+            requests.w_en.eq(late.push_memory),
+            requests.w_data.eq(line[WRITE_STAGE]),
+            requests.r_en.eq(self.pop_memory),
+            self.o_memory.eq(requests.r_data),
+        ]
+        return m
+
+    def _engines(self, m, name):
+        """A G-Binary and a G-Ternary engine for one group of lanes, named ``name``."""
+        signs = SignCountEngine(line_bits=self.group_lanes, max_workers=self.max_workers,
+                                counter_bits=self.counter_bits)
+        codes = TernaryGateEngine(line_bits=self.group_lanes, max_workers=self.max_workers,
+                                  counter_bits=self.counter_bits)
+        m.submodules[f"{name}_sign_count"] = signs
+        m.submodules[f"{name}_ternary_gate"] = codes
+        m.d.comb += [signs.i.valid.eq(1), signs.o.ready.eq(1),
+                     codes.i.valid.eq(1), codes.o.ready.eq(1)]
+        return signs, codes
+
+
+def most_readout_lines(counter_bits):
+    """The longest readout of either route, in lines: how many lines a tile keeps."""
+    return max(max_readout_lines(route, counter_bits=counter_bits) for route in Route)
+
+
+def _check_even(name, value):
+    value = check_int(name, value, low=2)
+    if value % 2:
+        raise ValueError(f"{name} must be an even number, not {value!r}")
+    return value
+
+
+def _sums_of_row(row, counter_bits):
+    """The G-Ternary sums in a row slice: lane ``t`` at bits ``[2t*C, 2t*C + C + 1)``.
+
+    A sum sits where the G-Binary counters of its two line bits do, so a line bit's data,
+    its lane's state and its readout bits share one part of the tile whichever the route.
+    """
+    C = counter_bits
+    return Cat(row[2 * C * t:2 * C * t + C + 1] for t in range(len(row) // (2 * C)))
+
+
+def _row_of_sums(sums, counter_bits):
+    """The row slice holding ``sums`` (the inverse of :func:`_sums_of_row`, zero elsewhere)."""
+    C = counter_bits
+    return Cat(Cat(sums[t * (C + 1):(t + 1) * (C + 1)], Const(0, C - 1))
+               for t in range(len(sums) // (C + 1)))
