@@ -30,8 +30,7 @@ help:
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
 	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/)"
 	@echo "make fpga-ecp5     ECP5 place and route of the 512-bit default, gate equivalents, board, timing model"
-	@echo "                   ($(BUILD)/fpga/; hours on 2 cores; FPGA_ARGS='--top-seeds 1 --no-board' for less,"
-	@echo "                   FPGA_ARGS='--top-seeds 1,5,9 --spare-seeds 10' for the same report in about 66 min)"
+	@echo "                   ($(BUILD)/fpga/; FPGA_ARGS='--top-seeds 1 --no-board' for less, --tile-lanes 32,64 to compare)"
 	@echo "make fpga-sweep    the controller over LINE_BITS x MAX_WORKERS on ECP5 ($(BUILD)/fpga/; SWEEP_ARGS=...)"
 	@echo "make traces        capture real gradient traces under $(BUILD)/traces/"
 	@echo "make bench-golden  golden-model throughput against a memory copy"
@@ -108,7 +107,7 @@ fpga-ecp5: venv yowasp
 	$(PY) -m neuron_fabric.fpga ecp5 --out $(BUILD)/fpga $(FPGA_ARGS)
 
 # The same flow on the 128-bit small preset, one grade and one seed: what `make all` runs,
-# because the 512-bit top takes over an hour per place-and-route run on 2 cores.
+# because the full report places and routes the 512-bit top six times.
 fpga-quick: venv yowasp
 	$(PY) -m neuron_fabric.fpga ecp5 --quick --out $(BUILD)/fpga-quick
 

@@ -133,47 +133,61 @@ class ControlPlane(wiring.Component):
             return lines
 
         # ------------------------------------------------------------ 1. request
+        # The lowest-numbered enabled window whose [BASE, BASE + SIZE) holds the address
+        # (modulo 2**ADDR_BITS) claims it; its slot is the offset from BASE. What a window's
+        # registers imply is worked out ahead, from the CSRs, and registered; the address is
+        # compared with BASE and BASE + SIZE in the transfer's cycle; cycle 1 only combines.
+        slot_bits = max(1, (p.depth - 1).bit_length())
+        request = self.i_req.payload
+        admit = self.i_req.valid & self.i_req.ready
         q_valid = Signal()
         q_op = Signal(OP_BITS, reset_less=True)
         q_addr = Signal(ADDR_BITS, reset_less=True)
         q_worker = Signal(p.worker_bits, reset_less=True)
-        admit = self.i_req.valid & self.i_req.ready
-        m.d.sync += [q_valid.eq(admit), q_op.eq(self.i_req.payload.op),
-                     q_addr.eq(self.i_req.payload.addr), q_worker.eq(self.i_req.payload.worker)]
-
-        # The lowest-numbered enabled window whose [BASE, BASE + SIZE) holds the address
-        # (modulo 2**ADDR_BITS) claims it; its slot is the offset from BASE.
+        m.d.sync += [q_valid.eq(admit), q_op.eq(request.op), q_addr.eq(request.addr),
+                     q_worker.eq(request.worker)]
         claimed = C(0, 1)
-        row, route, readout, config_ok = C(0, 1), C(0, 1), C(0, 3), C(0, 1)
+        row, route, readout, config_ok, lines = C(0, 1), C(0, 1), C(0, 3), C(0, 1), C(1, 1)
         for w in reversed(range(p.num_windows)):
-            offset = Signal(ADDR_BITS, name=f"win{w}_offset")
-            hit = Signal(name=f"win{w}_hit")
+            base = reg(window_register(w, "BASE"), "ADDR")
+            size = reg(window_register(w, "SIZE"), "SLOTS")
             w_route = reg(window_register(w, "CONFIG"), "ROUTE")
             w_readout = reg(window_register(w, "CONFIG"), "READOUT")
-            w_size = reg(window_register(w, "SIZE"), "SLOTS")
             readout_ok = Mux(
                 w_route == Route.GBINARY,
                 Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GBINARY]).any(),
                 Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GTERNARY]).any())
-            m.d.comb += [
-                offset.eq(q_addr - reg(window_register(w, "BASE"), "ADDR")),
-                hit.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")
-                       & (offset < w_size)),
-            ]
-            slot = offset[:max(1, (p.depth - 1).bit_length())]
+            # The window's standing facts, a cycle behind its registers.
+            end = Signal(ADDR_BITS + 1, name=f"win{w}_end", reset_less=True)
+            on = Signal(name=f"win{w}_on")
+            good = Signal(name=f"win{w}_config_ok")
+            w_lines = Signal(range(most_lines + 1), name=f"win{w}_lines", reset_less=True)
+            m.d.sync += [end.eq(base + size),
+                         on.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")),
+                         good.eq((size <= p.depth) & readout_ok & workers_ok),
+                         w_lines.eq(lines_of(w_readout))]
+            # The request against it, registered at the transfer.
+            above = Signal(name=f"win{w}_above_base")
+            below = Signal(name=f"win{w}_below_end")
+            slot = Signal(slot_bits, name=f"win{w}_slot", reset_less=True)
+            m.d.sync += [above.eq(request.addr >= base),
+                         below.eq(request.addr < end[:ADDR_BITS]),
+                         slot.eq(request.addr[:slot_bits] - base[:slot_bits])]
+            # [BASE, END) wraps past 2**ADDR_BITS when END carries out.
+            hit = on & Mux(end[ADDR_BITS], above | below, above & below)
             claimed = hit | claimed
             row = Mux(hit, w * p.depth + slot, row)
             route = Mux(hit, w_route, route)
             readout = Mux(hit, w_readout, readout)
-            config_ok = Mux(hit, (w_size <= p.depth) & readout_ok & workers_ok, config_ok)
+            config_ok = Mux(hit, good, config_ok)
+            lines = Mux(hit, w_lines, lines)
         q_claimed, q_row, q_config_ok = Signal(), Signal(range(rows)), Signal()
-        q_route, q_readout = Signal(), Signal(3)
+        q_route, q_readout, q_window_lines = Signal(), Signal(3), Signal(range(most_lines + 1))
         m.d.comb += [q_claimed.eq(claimed), q_row.eq(row), q_route.eq(route),
-                     q_readout.eq(readout), q_config_ok.eq(config_ok)]
+                     q_readout.eq(readout), q_config_ok.eq(config_ok), q_window_lines.eq(lines)]
         # A readout of k lines: the k - 1 words after it carry its later lines.
         q_lines = Signal(range(most_lines + 1))
-        m.d.comb += q_lines.eq(Mux(q_claimed & q_config_ok & (q_op != Op.WRITE),
-                                   lines_of(q_readout), 1))
+        m.d.comb += q_lines.eq(Mux(q_claimed & q_config_ok & (q_op != Op.WRITE), q_window_lines, 1))
         q_multi = q_valid & (q_lines > 1)
         beats_left = Signal(range(most_lines))     # later lines still to issue
         next_beat = Signal(range(max(2, most_lines)))
@@ -322,6 +336,7 @@ class ControlPlane(wiring.Component):
             self.fold_word.quiet.eq(~beat_answers & ~answers_readout),
             self.fold_word.push_response.eq(request | beat_answers),
             self.fold_word.push_memory.eq(request & to_memory),
+            self.fold_word.memory_read.eq(request & to_memory & ~is_write),
         ]
 
         # ------------------------------------------------------------ 4. write-back

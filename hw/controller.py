@@ -157,7 +157,7 @@ class Controller(wiring.Component):
         popped_memory = control.o_mem.valid & passthrough.i_req.ready
 
         # Responses: the head's status from the control plane, its line from the tiles
-        # (or, for a memory read, from the memory).
+        # (which pass the memory's data for a memory read).
         head = control.o_resp
         from_memory = head.payload.from_memory
         m.d.comb += [
@@ -172,7 +172,6 @@ class Controller(wiring.Component):
         for index, tile in enumerate(tiles):
             m.d.comb += [tile.pop_response.eq(popped_response),
                          tile.pop_memory.eq(popped_memory),
-                         tile.response_from_memory.eq(from_memory),
                          tile.i_mem_data.eq(lanes(passthrough.o_data.payload, index))]
 
         # The tiles' sticky flags (registered in each tile, after a register per group).

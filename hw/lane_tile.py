@@ -33,6 +33,11 @@ WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's
 # Copies of a control register exist to cut its fan-out; synthesis must not merge them.
 KEEP = {"keep": 1}
 
+# The fields of the fold loop, copied per pair of line bits.
+_LOOP_LAYOUT = data.StructLayout({
+    "from_last": 1, "use_earlier": 1, "fold_gbinary": 1, "fold_gternary": 1, "clear": 1,
+    "gbinary": 1})
+
 
 def read_word_layout(rows):
     """What a tile needs before the fold: the row to read and where forwarding comes from.
@@ -68,6 +73,7 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "beat": range(max(2, readout_lines)),  # which readout line this word answers
         "quiet": 1,           # answer with a zero line
         "push_response": 1,   # this word answers a beat
+        "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
         "push_memory": 1,     # this word is a memory request (its line goes downstream)
     })
 
@@ -117,10 +123,12 @@ class LaneTile(wiring.Component):
         From the control plane's registers, one per clock (all zero for no word).
     pop_response, pop_memory : ``In(1)``
         The response or memory request at the head of the buffers leaves this cycle.
-    response_from_memory : ``In(1)``, i_mem_data : ``In(tile_lanes)``
-        The head response is a memory read: its slice is the memory's data.
+    i_mem_data : ``In(tile_lanes)``
+        The tile's slice of the memory's read data.
     o_response : ``Out(tile_lanes)``, o_memory : ``Out(tile_lanes)``
-        The slices at the heads of the buffers (a response, a memory request's line).
+        The slices at the heads of the buffers: a response (for a memory read, the
+        memory's data, chosen by a bit the tile keeps with each entry), a memory request's
+        line.
     saturated, invalid : ``Out(1)``
         Registered: a fold one cycle ago saturated a lane, or met an invalid code.
 
@@ -150,7 +158,6 @@ class LaneTile(wiring.Component):
                                              readout_lines=self.readout_lines)),
             "pop_response": In(1),
             "pop_memory": In(1),
-            "response_from_memory": In(1),
             "i_mem_data": In(self.tile_lanes),
             "o_response": Out(self.tile_lanes),
             "o_memory": Out(self.tile_lanes),
@@ -215,24 +222,40 @@ class LaneTile(wiring.Component):
             # words ahead; the fold then takes the previous word's result or that choice.
             m.d.sync += row_earlier[low:high].eq(
                 Mux(early.earlier_by_three, row_before[low:high], row_new[low:high]))
-            use_earlier = Signal(name=f"g{g}_use_earlier", reset_less=True, attrs=KEEP)
-            m.d.sync += use_earlier.eq(early.use_earlier)
-            row_in = Mux(fold.from_last, row_new[low:high],
-                         Mux(use_earlier, row_earlier[low:high], row_read[low:high]))
 
+            # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
+            # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
             votes = line[FOLD_STAGE][g * G:(g + 1) * G]
             signs, codes = self._engines(m, f"g{g}_fold")
+            row_in, sign_folds, code_folds, folded = [], [], [], []
+            for pair in range(G // 2):
+                control = Signal(_LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
+                                 attrs=KEEP)
+                m.d.sync += [control.from_last.eq(fold_word.from_last),
+                             control.use_earlier.eq(early.use_earlier),
+                             control.fold_gbinary.eq(fold_word.fold_gbinary),
+                             control.fold_gternary.eq(fold_word.fold_gternary),
+                             control.clear.eq(fold_word.clear),
+                             control.gbinary.eq(fold_word.gbinary)]
+                bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
+                row_in.append(Mux(control.from_last, row_new[bits],
+                                  Mux(control.use_earlier, row_earlier[bits], row_read[bits])))
+                sign_folds += [control.fold_gbinary] * 2
+                code_folds.append(control.fold_gternary)
+                pair_counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
+                pair_sums = codes.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
+                folded.append(Mux(control.clear, 0,
+                                  Mux(control.gbinary, pair_counts, _row_of_sums(pair_sums, CW))))
+            row_in = Cat(row_in)
             m.d.comb += [
                 signs.i.payload.counts.eq(row_in),
                 signs.i.payload.votes.eq(votes),
-                signs.i.payload.fold.eq(fold.fold_gbinary),
+                signs.i.payload.fold.eq(Cat(sign_folds)),
                 codes.i.payload.sums.eq(_sums_of_row(row_in, CW)),
                 codes.i.payload.codes.eq(votes),
-                codes.i.payload.fold.eq(fold.fold_gternary),
+                codes.i.payload.fold.eq(Cat(code_folds)),
             ]
-            folded = Mux(fold.gbinary, signs.o.payload.counts.as_value(),
-                         _row_of_sums(codes.o.payload.sums.as_value(), CW))
-            m.d.sync += row_new[low:high].eq(Mux(fold.clear, 0, folded))
+            m.d.sync += row_new[low:high].eq(Cat(folded))
             flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
             m.d.sync += flags.eq(Cat(signs.o.payload.saturated | codes.o.payload.saturated,
                                      codes.o.payload.invalid))
@@ -258,13 +281,15 @@ class LaneTile(wiring.Component):
                      self.invalid.eq(Cat(f[1] for f in group_flags).any())]
 
         # ------------------------------------------------------------ buffers
-        m.submodules.responses = responses = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
+        # Each response entry keeps whether it is a memory read's, so the choice of the
+        # head's line is made here, not by a net reaching every tile.
+        m.submodules.responses = responses = fifo.SyncFIFO(width=T + 1, depth=self.buffer_depth)
         m.submodules.requests = requests = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
         m.d.comb += [
             responses.w_en.eq(late.push_response),
-            responses.w_data.eq(Cat(response_line)),
+            responses.w_data.eq(Cat(response_line, late.memory_read)),
             responses.r_en.eq(self.pop_response),
-            self.o_response.eq(Mux(self.response_from_memory, self.i_mem_data, responses.r_data)),
+            self.o_response.eq(Mux(responses.r_data[T], self.i_mem_data, responses.r_data[:T])),
             requests.w_en.eq(late.push_memory),
             requests.w_data.eq(line[WRITE_STAGE]),
             requests.r_en.eq(self.pop_memory),

@@ -64,8 +64,8 @@ class SignCountEngine(wiring.Component):
     Members
     -------
     i : ``In(stream.Signature(...))``
-        ``counts`` (the slot), ``votes`` (the written line), ``fold`` (1: add the votes,
-        0: pass the counts through), ``majority`` (:func:`majority_layout`), ``readout`` (a
+        ``counts`` (the slot), ``votes`` (the written line), ``fold`` (a bit per lane;
+        1: add the lane's vote, 0: pass its count through), ``majority`` (:func:`majority_layout`), ``readout`` (a
         ``Readout`` value) and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
         ``counts`` (the slot after the fold), ``saturated`` and ``readout``: line ``beat``
@@ -87,7 +87,7 @@ class SignCountEngine(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "counts": counts,
                 "votes": vote_layout(self.line_bits),
-                "fold": unsigned(1),
+                "fold": unsigned(self.line_bits),
                 "majority": majority_layout(self.max_workers),
                 "readout": unsigned(3),
                 "beat": range(max(2, self.readout_lines)),
@@ -110,8 +110,9 @@ class SignCountEngine(wiring.Component):
         for lane in range(self.line_bits):
             count, vote = p_in.counts[lane], p_in.votes[lane]
             full = count == limit
-            saturated.append(p_in.fold & vote & full)
-            m.d.comb += p_out.counts[lane].eq(step(count, up=p_in.fold & vote & ~full, down=0))
+            fold = p_in.fold[lane]
+            saturated.append(fold & vote & full)
+            m.d.comb += p_out.counts[lane].eq(step(count, up=fold & vote & ~full, down=0))
         m.d.comb += p_out.saturated.eq(Cat(saturated).any())
 
         # Majority: each lane tests the two thresholds with two short carry functions.

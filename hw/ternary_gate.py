@@ -60,8 +60,8 @@ class TernaryGateEngine(wiring.Component):
     Members
     -------
     i : ``In(stream.Signature(...))``
-        ``sums`` (the slot), ``codes`` (the written line), ``fold`` (1: add the codes,
-        0: pass the sums through), ``gate_less_one`` (:func:`gate_less_one` of GATE),
+        ``sums`` (the slot), ``codes`` (the written line), ``fold`` (a bit per lane;
+        1: add the lane's code, 0: pass its sum through), ``gate_less_one`` (:func:`gate_less_one` of GATE),
         ``readout`` and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
         ``sums`` (the slot after the fold), ``saturated``, ``invalid`` (a folded line held
@@ -85,7 +85,7 @@ class TernaryGateEngine(wiring.Component):
             "i": In(stream.Signature(data.StructLayout({
                 "sums": sums,
                 "codes": code_layout(self.line_bits),
-                "fold": unsigned(1),
+                "fold": unsigned(self.lanes),
                 "gate_less_one": unsigned(self.counter_bits + 1),
                 "readout": unsigned(3),
                 "beat": range(max(2, self.readout_lines)),
@@ -124,9 +124,9 @@ class TernaryGateEngine(wiring.Component):
             magnitude = widen(total[:cw] ^ sign.replicate(cw), cw + 1)
             gated = carry_out(magnitude, below_gate, carry_in=sign)
             m.d.comb += [
-                up[lane].eq(p_in.fold & (code == 0b01)),
-                down[lane].eq(p_in.fold & (code == 0b11)),
-                invalid[lane].eq(p_in.fold & (code == INVALID_CODE)),
+                up[lane].eq(p_in.fold[lane] & (code == 0b01)),
+                down[lane].eq(p_in.fold[lane] & (code == 0b11)),
+                invalid[lane].eq(p_in.fold[lane] & (code == INVALID_CODE)),
                 saturated[lane].eq(up[lane] & top | down[lane] & bottom),
                 negative[lane].eq(gated & sign),
                 positive[lane].eq(gated & ~sign),

@@ -101,11 +101,12 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
                                      int(special.sum()))
         counts = np.minimum(counts, limit)
         votes = rng.integers(0, 2, L)
-        fold = int(rng.random() < 0.7)
+        fold = (rng.random(L) < 0.7).astype(int)  # a bit per lane
         readout = READOUTS_BY_ROUTE[Route.GBINARY][n % 3]
         beat = int(rng.integers(0, max(2, CW)))
         word = i.layout.pack(counts=gl.lanes_to_int(counts, lane_bits=CW),
-                             votes=gl.lanes_to_int(votes, lane_bits=1), fold=fold,
+                             votes=gl.lanes_to_int(votes, lane_bits=1),
+                             fold=gl.lanes_to_int(fold, lane_bits=1),
                              majority=majority_value(num_workers, max_workers=MW),
                              readout=int(readout), beat=beat)
         out = await _apply(i, o, word)
@@ -113,7 +114,7 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         got_counts = _lanes(out, "counts", o.layout, CW, L)
         assert np.array_equal(got_counts, want_counts), \
             f"vector {n}: folded counts differ at lanes {np.flatnonzero(got_counts != want_counts)[:8]}"
-        want_sat = int(bool(fold and np.any(votes.astype(bool) & (counts == limit))))
+        want_sat = int(bool(np.any(fold.astype(bool) & votes.astype(bool) & (counts == limit))))
         assert o.layout.get(out, "saturated") == want_sat, f"vector {n}: saturated flag"
         lines = gbinary.readout(counts[None].astype(np.uint8), readout=readout,
                                 num_workers=num_workers, counter_bits=CW)
@@ -145,12 +146,13 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
         sums[special] = rng.choice([limit, -limit, 0], int(special.sum()))
         codes = rng.choice([0, 1, 3, 2], lanes, p=[0.3, 0.3, 0.3, 0.1] if n % 2 else
                            [0.34, 0.33, 0.33, 0.0])
-        fold = int(rng.random() < 0.7)
+        fold = (rng.random(lanes) < 0.7).astype(int)  # a bit per lane
         gate = int(rng.choice([0, 1, int(rng.integers(0, limit + 2)), 255]))
         readout = READOUTS_BY_ROUTE[Route.GTERNARY][n % 2]
         beat = int(rng.integers(0, max(2, (CW + 2) // 2)))
         word = i.layout.pack(sums=gl.lanes_to_int(sums, lane_bits=CW + 1),
-                             codes=gl.lanes_to_int(codes, lane_bits=2), fold=fold,
+                             codes=gl.lanes_to_int(codes, lane_bits=2),
+                             fold=gl.lanes_to_int(fold, lane_bits=1),
                              gate_less_one=gate_less_one_value(gate, counter_bits=CW),
                              readout=int(readout), beat=beat)
         out = await _apply(i, o, word)
@@ -159,9 +161,9 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
         got_sums = _lanes(out, "sums", o.layout, CW + 1, lanes, signed=True)
         assert np.array_equal(got_sums, want_sums), \
             f"vector {n}: folded sums differ at lanes {np.flatnonzero(got_sums != want_sums)[:8]}"
-        assert o.layout.get(out, "saturated") == int(bool(fold and np.any(np.abs(total) > limit))), \
+        assert o.layout.get(out, "saturated") == int(bool(np.any(np.abs(total) > limit))), \
             f"vector {n}: saturated flag"
-        assert o.layout.get(out, "invalid") == int(bool(fold and np.any(codes == 2))), \
+        assert o.layout.get(out, "invalid") == int(bool(np.any(fold.astype(bool) & (codes == 2)))), \
             f"vector {n}: invalid flag"
         lines = gternary.readout(sums[None].astype(np.int8), readout=readout, gate=gate,
                                  counter_bits=CW)

@@ -9,7 +9,6 @@ rule inverted; tile 3 alone never forwarding) and require the scoreboard to catc
 ``make sim`` runs the full regression.
 """
 
-import json
 import re
 
 import pytest
@@ -100,20 +99,16 @@ def plant_tile_without_forwarding(source, target, *, module, tile):
     """Copy the Verilog with one tile's lane groups never taking the previous word's result:
     its fold reads the stale block RAM row when the word before wrote the same slot.
 
-    Each group's copy of the fold word selects the forward with its ``from_last`` bit; the
-    planted tile's selects are tied to 0. The other tiles are left as they are.
+    Each pair of line bits selects the forward with its own copy of ``from_last``; the
+    planted tile's copies are tied to 0. The other tiles are left as they are.
     """
-    from neuron_fabric.hw.lane_tile import fold_word_layout, most_readout_lines
+    from neuron_fabric.hw.lane_tile import _LOOP_LAYOUT
 
-    manifest = json.loads((source.parent / "manifest.json").read_text(encoding="utf-8"))
-    p = manifest["params"]
-    from_last = fold_word_layout(max_workers=p["max_workers"], counter_bits=p["counter_bits"],
-                                 readout_lines=most_readout_lines(p["counter_bits"])
-                                 )["from_last"].offset
+    from_last = _LOOP_LAYOUT["from_last"].offset
     text = source.read_text(encoding="utf-8")
     start = text.index(f"module {module}__tile_{tile}(")
     end = text.index("endmodule", start)
-    body, count = re.subn(rf"g\d+_fold_word\[{from_last}\] \? row_new", "1'b0 ? row_new",
+    body, count = re.subn(rf"g\d+_p\d+_loop\[{from_last}\] \? row_new", "1'b0 ? row_new",
                           text[start:end])
     assert count >= 1, f"expected tile {tile}'s forward selects"
     target.write_text(text[:start] + body + text[end:], encoding="utf-8")

@@ -27,11 +27,12 @@ def check_against_golden(engine, lines):
         prefix.append(counts)
         saturated.append(sat.any(axis=1))
     majority = majority_value(workers, max_workers=engine.max_workers)
+    every_lane = (1 << engine.line_bits) - 1
     inputs, expected = [], []
     for j in range(n_lines):
         for k in range(workers):
             inputs.append(dict(counts=L.lanes_to_int(prefix[k][j], lane_bits=cb),
-                               votes=L.line_to_int(lines[k, j]), fold=1,
+                               votes=L.line_to_int(lines[k, j]), fold=every_lane,
                                majority=majority, readout=0, beat=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=cb)))
         for readout in READOUTS_BY_ROUTE[Route.GBINARY]:
@@ -92,12 +93,29 @@ def test_saturation_is_reported_only_when_a_counter_would_overflow():
     full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
     one_vote = L.line_to_int(L.pack_lanes(np.eye(1, 128, 7, dtype=np.uint8), lane_bits=1)[0])
     out = evaluate_stage(engine, [
-        dict(counts=full, votes=one_vote, fold=1, majority=0, readout=0, beat=0),
-        dict(counts=full, votes=0, fold=1, majority=0, readout=0, beat=0),
+        dict(counts=full, votes=one_vote, fold=(1 << 128) - 1, majority=0, readout=0, beat=0),
+        dict(counts=full, votes=0, fold=(1 << 128) - 1, majority=0, readout=0, beat=0),
         dict(counts=full, votes=one_vote, fold=0, majority=0, readout=0, beat=0),
     ])
     assert [o["saturated"] for o in out] == [1, 0, 0]
     assert all(o["counts"] == full for o in out)
+
+
+def test_each_lane_folds_only_when_its_own_fold_bit_is_set():
+    """``fold`` is a bit per lane: a lane adds its vote, and may saturate, only when set."""
+    engine = SignCountEngine(line_bits=64, max_workers=8, counter_bits=2)
+    rng = np.random.default_rng(4)
+    inputs, expected = [], []
+    for _ in range(16):
+        counts, votes, fold = rng.integers(0, 4, 64), rng.integers(0, 2, 64), rng.integers(0, 2, 64)
+        inputs.append(dict(counts=L.lanes_to_int(counts, lane_bits=2),
+                           votes=L.lanes_to_int(votes, lane_bits=1),
+                           fold=L.lanes_to_int(fold, lane_bits=1), majority=0, readout=0, beat=0))
+        expected.append((np.minimum(counts + fold * votes, 3),
+                         bool(np.any(fold & votes & (counts == 3)))))
+    for (counts, saturated), got in zip(expected, evaluate_stage(engine, inputs)):
+        assert got["counts"] == L.lanes_to_int(counts, lane_bits=2)
+        assert got["saturated"] == saturated
 
 
 @pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [

@@ -32,7 +32,8 @@ def check_against_golden(engine, lines, gates):
     for j in range(n_lines):
         for k in range(workers):
             inputs.append(dict(sums=L.lanes_to_int(prefix[k][j], lane_bits=width),
-                               codes=L.line_to_int(lines[k, j]), fold=1, gate_less_one=0,
+                               codes=L.line_to_int(lines[k, j]), fold=(1 << engine.lanes) - 1,
+                               gate_less_one=0,
                                readout=3, beat=0))
             expected.append(("fold", j, k, L.lanes_to_int(prefix[k + 1][j], lane_bits=width)))
         for readout in READOUTS_BY_ROUTE[Route.GTERNARY]:
@@ -93,6 +94,27 @@ def test_random_lines_with_invalid_codes_match_golden(line_bits, max_workers, co
     codes[rng.random(codes.shape) < 0.01] = 2
     lines = L.pack_lanes(codes.astype(np.uint8), lane_bits=2)
     check_against_golden(engine, lines, gates=(0, 1, workers // 2, workers, 255))
+
+
+def test_each_lane_folds_only_when_its_own_fold_bit_is_set():
+    """``fold`` is a bit per lane: a lane adds its code, and may flag it, only when set."""
+    engine = TernaryGateEngine(line_bits=64, max_workers=8, counter_bits=2)
+    rng = np.random.default_rng(4)
+    value_of = np.array([0, 1, 0, -1])
+    inputs, expected = [], []
+    for _ in range(16):
+        sums = rng.integers(-3, 4, 32)
+        codes, fold = rng.integers(0, 4, 32), rng.integers(0, 2, 32)
+        inputs.append(dict(sums=L.lanes_to_int(sums, lane_bits=3),
+                           codes=L.lanes_to_int(codes, lane_bits=2),
+                           fold=L.lanes_to_int(fold, lane_bits=1), gate_less_one=0, readout=3,
+                           beat=0))
+        total = sums + fold * value_of[codes]
+        expected.append((np.clip(total, -3, 3), bool(np.any(np.abs(total) > 3)),
+                         bool(np.any(fold & (codes == 2)))))
+    for (sums, saturated, invalid), got in zip(expected, evaluate_stage(engine, inputs)):
+        assert got["sums"] == L.lanes_to_int(sums, lane_bits=3)
+        assert (got["saturated"], got["invalid"]) == (saturated, invalid)
 
 
 @pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [
