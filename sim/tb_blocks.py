@@ -70,6 +70,13 @@ def _readout_line(lines, beat):
     return gl.line_to_int(lines[beat]) if beat < len(lines) else 0
 
 
+def _majority_fields(num_workers, *, max_workers):
+    """The ``majority`` input of a sign-count engine by the manifest's flat field names."""
+    width = max_workers.bit_length()
+    value = majority_value(num_workers, max_workers=max_workers)
+    return {"majority.above": value & ((1 << width) - 1), "majority.below": value >> width}
+
+
 def _finish(name, stats, started):
     stats.wall = time.perf_counter() - started
     record_stats(name, stats)
@@ -107,8 +114,8 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         word = i.layout.pack(counts=gl.lanes_to_int(counts, lane_bits=CW),
                              votes=gl.lanes_to_int(votes, lane_bits=1),
                              fold=gl.lanes_to_int(fold, lane_bits=1),
-                             majority=majority_value(num_workers, max_workers=MW),
-                             readout=int(readout), beat=beat)
+                             readout=int(readout), beat=beat,
+                             **_majority_fields(num_workers, max_workers=MW))
         out = await _apply(i, o, word)
         want_counts = np.minimum(counts + fold * votes, limit)
         got_counts = _lanes(out, "counts", o.layout, CW, L)
