@@ -191,6 +191,16 @@ class LaneTile(wiring.Component):
         late = Signal(fold_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
         m.d.sync += [folding.eq(fold_word), late.eq(folding)]
 
+        # The copies above carry no reset (it would reach every one of them). For the few
+        # cycles a word formed before a reset needs to leave the tile, nothing it does may
+        # count: no buffer push, no flag. A row it writes is harmless, since the clearing
+        # sweep that follows every reset rewrites each slot.
+        settle = Signal(range(WRITE_STAGE - FOLD_WORD_STAGE + 2),
+                        init=WRITE_STAGE - FOLD_WORD_STAGE + 1)
+        with m.If(settle != 0):
+            m.d.sync += settle.eq(settle - 1)
+        live = settle == 0
+
         # ------------------------------------------------------------ slot rows
         slots = memory.Memory(shape=unsigned(row_bits), depth=self.rows, init=[])
         m.submodules.slots = slots
@@ -277,8 +287,8 @@ class LaneTile(wiring.Component):
             ]
             response_line.append(Mux(out.quiet, 0, Mux(out.gbinary, signs.o.payload.readout,
                                                          codes.o.payload.readout)))
-        m.d.sync += [self.saturated.eq(Cat(f[0] for f in group_flags).any()),
-                     self.invalid.eq(Cat(f[1] for f in group_flags).any())]
+        m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
+                     self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
 
         # ------------------------------------------------------------ buffers
         # Each response entry keeps whether it is a memory read's, so the choice of the
@@ -286,11 +296,11 @@ class LaneTile(wiring.Component):
         m.submodules.responses = responses = fifo.SyncFIFO(width=T + 1, depth=self.buffer_depth)
         m.submodules.requests = requests = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
         m.d.comb += [
-            responses.w_en.eq(late.push_response),
+            responses.w_en.eq(live & late.push_response),
             responses.w_data.eq(Cat(response_line, late.memory_read)),
             responses.r_en.eq(self.pop_response),
             self.o_response.eq(Mux(responses.r_data[T], self.i_mem_data, responses.r_data[:T])),
-            requests.w_en.eq(late.push_memory),
+            requests.w_en.eq(live & late.push_memory),
             requests.w_data.eq(line[WRITE_STAGE]),
             requests.r_en.eq(self.pop_memory),
             self.o_memory.eq(requests.r_data),

@@ -3,8 +3,8 @@
 The small preset (128-bit lines, 4 workers) is generated into a temporary folder, built with
 Icarus and run with :mod:`neuron_fabric.sim.tb_controller`: reset values of every register,
 one step of both real-gradient traces (the session's reduced captures) through a G-Binary
-and a G-Ternary window and the FP32 passthrough, memory traffic outside the windows, and the
-write-1-to-clear flags. Further runs plant a bug in a copy of the Verilog (the majority tie
+and a G-Ternary window and the FP32 passthrough, memory traffic outside the windows, the
+write-1-to-clear flags, resets in mid traffic and long stalls of both output ports. Further runs plant a bug in a copy of the Verilog (the majority tie
 rule inverted; tile 3 alone never forwarding) and require the scoreboard to catch it.
 ``make sim`` runs the full regression.
 """
@@ -17,7 +17,7 @@ from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.sim import toolchain
 
 TESTS = ("registers_read_their_reset_values|real_gradients|requests_outside_every_window"
-         "|error_flags_clear_on_writing_one")
+         "|error_flags_clear_on_writing_one|reset_in_mid_traffic|long_downstream_stalls")
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +63,7 @@ def run_icarus(verilog, work, traces, *, test_filter, seed):
 def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, seed):
     tests, failed, log = run_icarus(small_verilog, tmp_path, traces, test_filter=TESTS,
                                     seed=seed)
-    assert (tests, failed) == (5, 0), f"see {tmp_path / 'run.log'}"
+    assert (tests, failed) == (7, 0), f"see {tmp_path / 'run.log'}"
     assert "lines checked" in log
 
 
