@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 
-from ..golden.params import PRESETS, FabricParams
+from ..golden.params import PRESETS
 from ..hw.controller import GROUP_LANES, TILE_LANES
 from . import report as _report
 from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers

@@ -46,7 +46,9 @@ class ControlPlane(wiring.Component):
     One word enters the pipeline per clock: a request, a later line of a readout, a row of
     the clearing sweep, or nothing. The stages (cycles after the request's transfer):
 
-    1. the request's narrow part is registered, its window decoded;
+    0. the request's address is compared with every window's bounds (registered from the
+       CSRs a cycle earlier);
+    1. the window is chosen from the registered compares;
     2. the word is formed; its row's bitmap is read; the read word leaves for the tiles,
        with the forwarding choice for writes two or three words ahead;
     3. status from the bitmap (forwarded from the two words ahead); the fold word leaves;

@@ -1,6 +1,6 @@
 """The controller top (docs/design.md, "Controller"): a control plane and a row of lane tiles."""
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -50,8 +50,9 @@ class Controller(wiring.Component):
     controller stops taking requests and writes empty slots, one per cycle (``DEPTH``
     cycles per window), behind the requests taken before; then it goes on.
     **CSRs**: register values are used as they are when a request passes; change the
-    configuration while no request is in flight. Flags and counters follow a response by
-    at most two cycles.
+    configuration while no request is in flight, and leave a cycle after a CSR write before
+    the next request (what the windows' registers imply is registered). Flags and counters
+    follow a response by at most two cycles.
 
     Parameters
     ----------

@@ -19,7 +19,7 @@ from .layouts import check_hw_max_workers, max_readout_lines
 from .sign_count import SignCountEngine, majority_layout
 from .ternary_gate import TernaryGateEngine
 
-__all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "FOLD_STAGE", "WRITE_STAGE",
+__all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "LOOP_LAYOUT", "FOLD_STAGE", "WRITE_STAGE",
            "READ_WORD_STAGE", "FOLD_WORD_STAGE"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
@@ -33,8 +33,8 @@ WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's
 # Copies of a control register exist to cut its fan-out; synthesis must not merge them.
 KEEP = {"keep": 1}
 
-# The fields of the fold loop, copied per pair of line bits.
-_LOOP_LAYOUT = data.StructLayout({
+#: The fields of the fold loop, copied per pair of line bits.
+LOOP_LAYOUT = data.StructLayout({
     "from_last": 1, "use_earlier": 1, "fold_gbinary": 1, "fold_gternary": 1, "clear": 1,
     "gbinary": 1})
 
@@ -93,8 +93,9 @@ class LaneTile(wiring.Component):
     **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
     plane admits requests only when every buffer has room (credits), so a push never finds
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
-    **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes
-    (kept through synthesis), so no control net reaches more than one group.
+    **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes,
+    and the fold loop's fields (:data:`LOOP_LAYOUT`) per pair of line bits, all kept through
+    synthesis, so no control net reaches more than one group.
 
     The slot RAM's read port returns don't-care on a same-row write in the same cycle: the
     tile never uses that data (it forwards), so synthesis needs no collision logic.
@@ -239,7 +240,7 @@ class LaneTile(wiring.Component):
             signs, codes = self._engines(m, f"g{g}_fold")
             row_in, sign_folds, code_folds, folded = [], [], [], []
             for pair in range(G // 2):
-                control = Signal(_LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
+                control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
                                  attrs=KEEP)
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.use_earlier.eq(early.use_earlier),

@@ -102,9 +102,9 @@ def plant_tile_without_forwarding(source, target, *, module, tile):
     Each pair of line bits selects the forward with its own copy of ``from_last``; the
     planted tile's copies are tied to 0. The other tiles are left as they are.
     """
-    from neuron_fabric.hw.lane_tile import _LOOP_LAYOUT
+    from neuron_fabric.hw.lane_tile import LOOP_LAYOUT
 
-    from_last = _LOOP_LAYOUT["from_last"].offset
+    from_last = LOOP_LAYOUT["from_last"].offset
     text = source.read_text(encoding="utf-8")
     start = text.index(f"module {module}__tile_{tile}(")
     end = text.index("endmodule", start)

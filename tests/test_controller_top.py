@@ -11,7 +11,6 @@ import collections
 import numpy as np
 import pytest
 
-from neuron_fabric.golden import gbinary
 from neuron_fabric.golden.controller import Op, Request, Status
 from neuron_fabric.golden.formats import Readout, Route
 from neuron_fabric.golden.params import PRESETS, FabricParams

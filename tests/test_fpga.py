@@ -10,7 +10,7 @@ import sys
 import threading
 
 import pytest
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -920,7 +920,6 @@ def test_each_tile_width_measures_its_own_top_in_its_own_folder(monkeypatch, tmp
     report's table of the top by TILE_LANES."""
     from neuron_fabric.fpga import __main__ as cli
 
-    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
     measured, boards = [], []
 
     def fake_measure(factory, module, work, **options):
