@@ -2,11 +2,14 @@
 
 ``python -m neuron_fabric.golden.bench --out build/bench`` times, in one run and on one core
 (NumPy runs these single-threaded): a copy of an FP32 gradient, G-Binary and G-Ternary
-encoding of it, the aggregation of 8 workers' lines, the majority decode and the gate. Each
-figure is the median of several repeats; encoders are reported as a share of the copy's
-bandwidth (same input bytes), aggregation and decode in lanes per second (output lanes;
-aggregation also in votes, lanes times workers). Results go to ``golden.json`` and
-``golden.md`` in the output folder.
+encoding of it, the aggregation of 8 workers' lines, the majority decode and the gate.
+Aggregation is timed twice: into bit-planes, the form the device keeps its counters in
+and reads them out (:func:`gbinary.aggregate_planes`, :func:`gternary.aggregate_planes`),
+and into a byte per lane (:func:`gbinary.aggregate`, :func:`gternary.aggregate`), which adds
+one unpack per plane; the readouts are timed from both forms too. Each figure is the median
+of several repeats; encoders are reported as a share of the copy's bandwidth (same input
+bytes), aggregation and decode in lanes per second (output lanes; aggregation also in votes,
+lanes times workers). Results go to ``golden.json`` and ``golden.md`` in the output folder.
 """
 
 import argparse
@@ -20,6 +23,7 @@ import time
 import numpy as np
 
 from . import gbinary, gternary
+from .formats import Readout
 
 WORKERS = 8
 MAX_WORKERS = 16
@@ -60,13 +64,23 @@ def run(*, elements=1 << 24, repeats=7, seed=0, progress=print):
                         for _ in range(WORKERS)])
     progress("  worker lines ready; timing aggregation")
     counts = gbinary.aggregate(binary, max_workers=MAX_WORKERS)
+    counters = gbinary.aggregate_planes(binary, max_workers=MAX_WORKERS)
     sums = gternary.aggregate(ternary, max_workers=MAX_WORKERS)
+    sum_lines = gternary.aggregate_planes(ternary, max_workers=MAX_WORKERS)
+    t["gbinary_aggregate_planes"] = _median_seconds(
+        lambda: gbinary.aggregate_planes(binary, max_workers=MAX_WORKERS), repeats)
     t["gbinary_aggregate"] = _median_seconds(
         lambda: gbinary.aggregate(binary, max_workers=MAX_WORKERS), repeats)
+    t["gbinary_readout_planes"] = _median_seconds(
+        lambda: gbinary.readout_planes(counters, readout=Readout.TERNARY, num_workers=WORKERS), repeats)
     t["gbinary_majority"] = _median_seconds(
         lambda: gbinary.majority(counts, num_workers=WORKERS), repeats)
+    t["gternary_aggregate_planes"] = _median_seconds(
+        lambda: gternary.aggregate_planes(ternary, max_workers=MAX_WORKERS), repeats)
     t["gternary_aggregate"] = _median_seconds(
         lambda: gternary.aggregate(ternary, max_workers=MAX_WORKERS), repeats)
+    t["gternary_readout_planes"] = _median_seconds(
+        lambda: gternary.readout_planes(sum_lines, readout=Readout.GATED, gate=2), repeats)
     t["gternary_gate"] = _median_seconds(lambda: gternary.gate(sums, gate=2), repeats)
 
     lanes_binary = counts.size
@@ -77,20 +91,33 @@ def run(*, elements=1 << 24, repeats=7, seed=0, progress=print):
             ("gbinary", "gbinary_encode"), ("gternary", "gternary_encode"),
             ("gternary_stochastic", "gternary_encode_stochastic"))}
     results["lanes_per_s"] = {
-        "gbinary_aggregate": lanes_binary / t["gbinary_aggregate"],
-        "gbinary_majority": lanes_binary / t["gbinary_majority"],
-        "gternary_aggregate": lanes_ternary / t["gternary_aggregate"],
-        "gternary_gate": lanes_ternary / t["gternary_gate"],
-    }
+        key: (lanes_binary if key.startswith("gbinary") else lanes_ternary) / t[key]
+        for key in ("gbinary_aggregate_planes", "gbinary_aggregate", "gbinary_readout_planes",
+                    "gbinary_majority", "gternary_aggregate_planes", "gternary_aggregate",
+                    "gternary_readout_planes", "gternary_gate")}
     results["votes_per_s"] = {
-        "gbinary_aggregate": WORKERS * lanes_binary / t["gbinary_aggregate"],
-        "gternary_aggregate": WORKERS * lanes_ternary / t["gternary_aggregate"],
-    }
+        key: WORKERS * results["lanes_per_s"][key]
+        for key in ("gbinary_aggregate_planes", "gbinary_aggregate", "gternary_aggregate_planes",
+                    "gternary_aggregate")}
     results["targets"] = {
-        "encode_share_of_copy": 0.5,
-        "aggregate_and_decode_lanes_per_s": 1e9,
+        "encode_share_of_copy": {"gbinary": 0.8, "gternary": 0.5},
+        "aggregate_planes_lanes_per_s": 3e9,
+        "decode_lanes_per_s": 1e9,
     }
     return results
+
+
+# Table rows after the encoders: (key, label, target in lanes per second or None).
+_LANE_ROWS = (
+    ("gbinary_aggregate_planes", f"G-Binary aggregate, {WORKERS} workers, into bit-planes", 3e9),
+    ("gbinary_aggregate", f"G-Binary aggregate, {WORKERS} workers, a byte per lane", None),
+    ("gbinary_readout_planes", "G-Binary TERNARY readout from bit-planes", 1e9),
+    ("gbinary_majority", "G-Binary majority decode, a byte per lane", 1e9),
+    ("gternary_aggregate_planes", f"G-Ternary aggregate, {WORKERS} workers, into bit-planes", 3e9),
+    ("gternary_aggregate", f"G-Ternary aggregate, {WORKERS} workers, a byte per lane", None),
+    ("gternary_readout_planes", "G-Ternary GATED readout from bit-planes", None),
+    ("gternary_gate", "G-Ternary gate, a byte per lane", None),
+)
 
 
 def to_markdown(results):
@@ -98,6 +125,7 @@ def to_markdown(results):
     share = results["encode_share_of_copy"]
     lanes = results["lanes_per_s"]
     votes = results["votes_per_s"]
+    encode_targets = results["targets"]["encode_share_of_copy"]
     mark = lambda ok: "meets" if ok else "**below**"
     rows = [
         "| Operation | Throughput | Relative to copy | Target |",
@@ -107,19 +135,19 @@ def to_markdown(results):
     for name, label in (("gbinary", "G-Binary encode"), ("gternary", "G-Ternary encode"),
                         ("gternary_stochastic", "G-Ternary encode, stochastic")):
         gbps = share[name] * results["copy_gb_per_s"]
-        target = f">= 0.50 ({mark(share[name] >= 0.5)})" if name != "gternary_stochastic" else ""
+        bound = encode_targets.get(name)
+        target = f">= {bound:.2f} ({mark(share[name] >= bound)})" if bound else ""
         rows.append(f"| {label} | {gbps:.2f} GB/s of FP32 in | {share[name]:.2f} | {target} |")
-    for key, label in (("gbinary_aggregate", f"G-Binary aggregate, {WORKERS} workers"),
-                       ("gbinary_majority", "G-Binary majority decode"),
-                       ("gternary_aggregate", f"G-Ternary aggregate, {WORKERS} workers"),
-                       ("gternary_gate", "G-Ternary gate")):
+    for key, label, bound in _LANE_ROWS:
         extra = f" ({votes[key] / 1e9:.2f} G votes/s)" if key in votes else ""
-        target = (f">= 1 G lanes/s ({mark(lanes[key] >= 1e9)})"
-                  if key in ("gbinary_aggregate", "gbinary_majority") else "")
+        target = f">= {bound / 1e9:g} G lanes/s ({mark(lanes[key] >= bound)})" if bound else ""
         rows.append(f"| {label} | {lanes[key] / 1e9:.2f} G lanes/s{extra} | | {target} |")
     head = (f"Golden-model throughput: {results['elements']:,} elements, median of "
             f"{results['repeats']}, one core, NumPy {results['numpy']}.\n\n")
-    return head + "\n".join(rows) + "\n"
+    foot = ("\nBit-planes: the counters (G-Binary) and sums (G-Ternary) as the device holds and reads "
+            "them out, one line per bit (COUNTS) or per two bits (SUMS) of every lane. A byte per "
+            "lane: the same values unpacked, one unpack of the whole output per plane.\n")
+    return head + "\n".join(rows) + "\n" + foot
 
 
 def main(argv=None):

@@ -3,19 +3,30 @@
 A written line holds ``line_bits`` lanes; bit 1 means the element is negative. The device
 keeps per lane a saturating count ``n`` of ones; with ``N`` contributions the majority is
 -1 when ``2n > N``, +1 when ``2n < N`` and 0 on a tie.
+
+The counters are computed bit-sliced, as bit-planes of ``uint64`` words (plane ``k`` holds
+bit ``k`` of 64 counters a word): the workers' lines go through carry-save adders, 64 lanes
+an instruction, and saturation and the majority compare work on the planes too. The planes
+are the ``COUNTS`` readout (:func:`aggregate_planes`, :func:`readout_planes`); only the
+functions that return a byte per lane (:func:`aggregate`, :func:`count_bits`) unpack them.
 """
+
+import collections
 
 import numpy as np
 
 from . import lines as _lines
-from ._validate import check_array, check_grad, check_int
+from ._validate import check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, MAX_WORKERS_LIMIT, Readout, Route, check_counter_bits, check_max_workers,
                       check_readout, check_readout_lines, count_limit)
 
-__all__ = ["encode", "count_bits", "aggregate", "majority", "readout", "parse_readout", "decode"]
+__all__ = ["encode", "count_bits", "aggregate", "aggregate_planes", "majority", "readout",
+           "readout_planes", "parse_readout", "decode"]
 
-# Words of 64 lanes processed at a time, so that the bit-planes stay in cache.
-_CHUNK_WORDS = 4096
+# Words of each worker folded at a time: a chunk's rows and planes stay in cache, and the
+# arrays stay small enough to come from the allocator's free lists rather than fresh pages.
+_CHUNK_WORDS = 1 << 14
+_ONES = np.uint64(0xFFFF_FFFF_FFFF_FFFF)
 
 
 def encode(grad, *, line_bits=512):
@@ -40,50 +51,154 @@ def encode(grad, *, line_bits=512):
     return out.reshape(n_lines, nbytes)
 
 
-def _count_ones(words):
-    """Exact per-lane count of set bits over workers, bit-sliced.
+def _count_rows(rows, planes):
+    """Add ``rows`` up bit by bit: bit ``k`` of every position's count goes to ``planes[k]``.
 
-    ``words`` is ``(workers, n_words)`` of ``uint64`` (64 lanes a word). Numbers are held as
-    bit-planes; pairs of them are added by ripple-carry adders vectorized over all pairs at
-    once, halving the worker axis each level. The final planes are unpacked to one byte per
-    lane and combined on a ``uint64`` view (8 lanes an operation; counts stay below 256, so
-    no bit crosses into the next lane). Returns ``uint8`` counts, 64 per word, in lane order.
+    ``rows`` is a sequence of equally shaped ``uint64`` arrays (64 counters a word);
+    ``planes`` holds at least ``len(rows).bit_length()`` writable arrays of that shape, all
+    overwritten (least significant first). A carry-save tree: a full adder takes three rows
+    of one weight and gives one sum row of that weight and one carry row of the next, in
+    five bitwise operations over whole words; the last two rows of a weight meet in a half
+    adder. Row by row, so no stacked copies are made; rows are never written.
     """
-    planes = words[None]  # (bits, numbers, words): each worker is a 1-bit number
-    while planes.shape[1] > 1:
-        if planes.shape[1] % 2:
-            planes = np.concatenate([planes, np.zeros_like(planes[:, :1])], axis=1)
-        a, b = planes[:, 0::2], planes[:, 1::2]
-        out = np.empty((planes.shape[0] + 1,) + a.shape[1:], dtype=np.uint64)
-        np.bitwise_xor(a[0], b[0], out=out[0])
-        carry = a[0] & b[0]
-        for k in range(1, planes.shape[0]):
-            half = a[k] ^ b[k]
-            np.bitwise_xor(half, carry, out=out[k])
-            carry &= half
-            carry |= a[k] & b[k]
-        out[-1] = carry
-        planes = out
-    bits = np.unpackbits(planes[:, 0].view(np.uint8), axis=-1, bitorder="little").view(np.uint64)
-    counts = bits[-1]
-    for k in range(bits.shape[0] - 2, -1, -1):
-        counts <<= np.uint64(1)
-        counts |= bits[k]
-    return counts.view(np.uint8)
+    column = collections.deque(rows)
+    scratch = None
+    for plane in planes:
+        carries = []
+        while len(column) >= 3:
+            a, b, c = column.popleft(), column.popleft(), column.popleft()
+            carry = a & b
+            total = a ^ b
+            if scratch is None:
+                scratch = np.empty_like(total)
+            np.bitwise_and(total, c, out=scratch)
+            carry |= scratch  # majority(a, b, c)
+            total ^= c
+            column.append(total)
+            carries.append(carry)
+        if len(column) == 2:
+            a, b = column
+            carries.append(a & b)
+            np.bitwise_xor(a, b, out=plane)
+        elif column:
+            np.copyto(plane, column[0])
+        else:
+            plane[...] = 0
+        column = collections.deque(carries)
+
+
+def _greater(planes, value):
+    """Mask of the unsigned numbers held as ``planes`` that exceed the constant ``value``.
+
+    ``number > value`` is the carry out of ``number + (2**n - 1 - value)`` over the ``n``
+    planes: with a constant addend each carry is one operation, ``plane | carry`` where the
+    addend's bit is 1 and ``plane & carry`` where it is 0.
+    """
+    n = len(planes)
+    if value < 0 or value >> n:  # below every number, or beyond every number
+        return np.full_like(planes[0], _ONES if value < 0 else 0)
+    addend = (1 << n) - 1 - value
+    carry = None  # None: no carry anywhere yet
+    for k, plane in enumerate(planes):
+        if addend >> k & 1:
+            carry = plane.copy() if carry is None else np.bitwise_or(carry, plane, out=carry)
+        elif carry is not None:
+            carry &= plane
+    return carry if carry is not None else np.zeros_like(planes[0])
+
+
+def _equal(planes, value):
+    """Mask of the unsigned numbers held as ``planes`` that equal the constant ``value``."""
+    if value < 0 or value >> len(planes):
+        return np.zeros_like(planes[0])
+    equal = np.full_like(planes[0], _ONES)
+    for k, plane in enumerate(planes):
+        if value >> k & 1:
+            equal &= plane
+        else:
+            equal &= ~plane
+    return equal
+
+
+def _swap_lines(src, dst):
+    """Copy ``(a, b, words)`` lines into ``(b, a, words)``: ``dst[j, i] = src[i, j]``.
+
+    Each line is moved as one opaque item, so the copy runs line by line rather than word by
+    word (about twice as fast as a plain transposed copy of the words).
+    """
+    item = np.dtype((np.void, src.shape[-1] * src.itemsize))
+    dst.view(item).reshape(dst.shape[:2])[...] = src.view(item).reshape(src.shape[:2]).T
+    return dst
+
+
+def _line_chunks(n_lines, words_per_line):
+    """Slices of whole lines, about :data:`_CHUNK_WORDS` words of each worker at a time."""
+    step = max(1, _CHUNK_WORDS // words_per_line)
+    return [slice(start, min(start + step, n_lines)) for start in range(0, n_lines, step)]
+
+
+def _word_rows(lines):
+    """``(workers, n_lines, line_bytes)`` lines as ``(workers, n_lines, words)`` ``uint64``.
+
+    Every operation on the words is bitwise and the same at every bit, so the order of the
+    bytes in a word does not matter: a plane's bytes land where its lanes' bytes were.
+    """
+    workers, n_lines, nbytes = lines.shape
+    return lines.reshape(workers, n_lines * nbytes).view(np.uint64).reshape(workers, n_lines, -1)
+
+
+def _fold(rows, planes, counter_bits):
+    """Count ``rows`` (one per worker) into the ``counter_bits`` arrays ``planes``, saturating.
+
+    Counts above ``2**counter_bits - 1`` read all ones: a bit of any plane above the
+    counter's is ORed into every counter plane. Returns the mask of the counters that
+    saturated, or None when no count can.
+    """
+    width = max(1, len(rows).bit_length())
+    if width <= counter_bits:
+        _count_rows(rows, planes[:width])
+        for plane in planes[width:]:
+            plane[...] = 0
+        return None
+    high = [np.empty_like(planes[0]) for _ in range(width - counter_bits)]
+    _count_rows(rows, list(planes) + high)
+    over = high[0]
+    for plane in high[1:]:
+        over |= plane
+    for plane in planes:
+        plane |= over
+    return over
 
 
 def count_bits(words):
     """Per bit position, how many of the ``workers`` rows of ``words`` have it set.
 
     ``words`` is ``(workers, n_words)`` ``uint64`` with at most 255 rows; returns ``uint8``
-    counts, 64 per word, in lane (bit) order. Worked in chunks so the planes stay in cache.
+    counts, 64 per word, in lane (bit) order: counted bit-sliced (:func:`_count_rows`) a
+    chunk at a time, so the planes stay in cache, and unpacked to a byte per position.
     """
-    total = np.zeros(words.shape[1] * 64, dtype=np.uint8)
-    if words.shape[0]:
-        for start in range(0, words.shape[1], _CHUNK_WORDS):
-            chunk = words[:, start:start + _CHUNK_WORDS]
-            total[start * 64:(start + chunk.shape[1]) * 64] = _count_ones(chunk)
+    workers, n_words = words.shape
+    if workers > 255:
+        raise ValueError(f"words must have at most 255 rows (counts fit a byte), not {workers}")
+    total = np.zeros(n_words * 64, dtype=np.uint8)
+    if workers:
+        width = workers.bit_length()
+        for start in range(0, n_words, _CHUNK_WORDS):
+            stop = min(start + _CHUNK_WORDS, n_words)
+            planes = np.empty((width, stop - start), dtype=np.uint64)
+            _count_rows(list(words[:, start:stop]), list(planes))
+            _lines.bit_planes_to_bytes(planes.view(np.uint8).reshape(width, -1),
+                                       total[start * 64:stop * 64])
     return total
+
+
+def _check_workers(lines, max_workers, counter_bits):
+    lines, line_bits = _lines.check_lines(lines, ndim=3)
+    check_max_workers(max_workers)
+    counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+    if lines.shape[0] > 255:
+        raise ValueError(f"lines must hold at most 255 workers' contributions, not {lines.shape[0]}")
+    return lines, line_bits, counter_bits
 
 
 def aggregate(lines, *, max_workers, counter_bits=None, return_saturated=False):
@@ -95,38 +210,96 @@ def aggregate(lines, *, max_workers, counter_bits=None, return_saturated=False):
     every increment is non-negative, saturating per step equals clipping the total.
 
     Returns ``uint8`` counts ``(n_lines, line_bits)``; with ``return_saturated=True`` also a
-    boolean mask of the lanes that saturated.
+    boolean mask of the lanes that saturated. These are the counters of
+    :func:`aggregate_planes`, unpacked to a byte per lane.
     """
-    lines, line_bits = _lines.check_lines(lines, ndim=3)
-    check_max_workers(max_workers)
-    counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+    lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
-    if workers > 255:
-        raise ValueError(f"lines must hold at most 255 workers' contributions, not {workers}")
-    words = lines.reshape(workers, n_lines * nbytes).view(np.uint64)
-    total = count_bits(words).reshape(n_lines, line_bits)
-    limit = count_limit(counter_bits)
-    counts = np.minimum(total, limit) if workers > limit else total
-    if return_saturated:
-        return counts, total > limit
-    return counts
+    counts = np.zeros((n_lines, line_bits), dtype=np.uint8)
+    saturated = np.zeros((n_lines, line_bits), dtype=bool) if return_saturated else None
+    if not workers:
+        return (counts, saturated) if return_saturated else counts
+    words = _word_rows(lines)
+    # Only the planes a count can reach are counted and unpacked; the higher ones are zero.
+    used = min(counter_bits, workers.bit_length())
+    for chunk in _line_chunks(n_lines, nbytes // 8):
+        planes = np.empty((used,) + words[0, chunk].shape, dtype=np.uint64)
+        over = _fold(list(words[:, chunk]), list(planes), used)
+        _lines.bit_planes_to_bytes(planes.view(np.uint8).reshape(used, -1), counts[chunk].reshape(-1))
+        if saturated is not None and over is not None:
+            saturated[chunk] = np.unpackbits(over.view(np.uint8), axis=-1,
+                                             bitorder="little").view(bool).reshape(-1, line_bits)
+    return (counts, saturated) if return_saturated else counts
+
+
+def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=False):
+    """The counters of :func:`aggregate` as the device keeps them: bit-planes, never unpacked.
+
+    Same arguments and rules as :func:`aggregate`. Returns ``uint8``
+    ``(n_lines, counter_bits, line_bytes)``: entry ``[j, k]`` is a line holding bit ``k`` of
+    every counter of line ``j``, lane ``i`` at bit ``i``. That is each slot's ``COUNTS``
+    readout, so ``.reshape(-1, line_bytes)`` gives the readout lines, and
+    :func:`readout_planes` derives the other readouts from it. With
+    ``return_saturated=True`` also the boolean mask ``(n_lines, line_bits)`` of the lanes
+    that saturated, as :func:`aggregate` gives it.
+    """
+    lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
+    workers, n_lines, nbytes = lines.shape
+    out = np.zeros((n_lines, counter_bits, nbytes), dtype=np.uint8)
+    saturated = np.zeros((n_lines, line_bits), dtype=bool) if return_saturated else None
+    if workers:
+        words, rows = _word_rows(lines), out.view(np.uint64)
+        # Planes no count reaches stay as the zeros they start as.
+        used = min(counter_bits, workers.bit_length())
+        for chunk in _line_chunks(n_lines, nbytes // 8):
+            # Counted into contiguous planes, then moved to their lines in one copy: adders
+            # writing straight into the interleaved lines run at half the speed.
+            planes = np.empty((used,) + words[0, chunk].shape, dtype=np.uint64)
+            over = _fold(list(words[:, chunk]), list(planes), used)
+            _swap_lines(planes, rows[chunk, :used])
+            if saturated is not None and over is not None:
+                saturated[chunk] = np.unpackbits(over.view(np.uint8), axis=-1,
+                                                 bitorder="little").view(bool)
+    return (out, saturated) if return_saturated else out
+
+
+def _check_values(values, *, name, low, high):
+    """Validate a 2-D array of lane values of any integer dtype, each within ``[low, high]``.
+
+    Counts and sums come from :func:`aggregate` as ``uint8``/``int8``, but any integer array
+    holding the same values is accepted: the range is the rule, not the dtype.
+    """
+    if (not isinstance(values, np.ndarray) or values.ndim != 2
+            or not np.issubdtype(values.dtype, np.integer)):
+        got = (f"a {values.ndim}-D {values.dtype} array" if isinstance(values, np.ndarray)
+               else type(values).__name__)
+        raise TypeError(f"{name} must be a 2-D numpy.ndarray of integers, not {got}")
+    info = np.iinfo(values.dtype)
+    if values.size and (info.min < low or info.max > high):
+        bad = (values < low) | (values > high)
+        if bad.any():
+            slot, lane = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(f"{name} must be between {low} and {high}, not {int(values[slot, lane])} "
+                             f"(lane {lane} of slot {slot})")
+    return values
 
 
 def _check_counts(counts):
-    return check_array(counts, name="counts", dtype=np.uint8, ndim=2)
+    return _check_values(counts, name="counts", low=0, high=255)
 
 
 def majority(counts, *, num_workers):
     """Majority sign per lane: -1 when ``2n > N``, +1 when ``2n < N``, 0 on a tie.
 
-    ``counts`` is the ``uint8`` output of :func:`aggregate`; ``num_workers`` is ``N``, the
-    number of contributions (the NUM_WORKERS register). Returns ``int8`` of the same shape.
+    ``counts`` is the output of :func:`aggregate` (``uint8``, or any integer array with
+    values from 0 to 255); ``num_workers`` is ``N``, the number of contributions (the
+    NUM_WORKERS register). Returns ``int8`` of the same shape.
     """
     counts = _check_counts(counts)
     num_workers = check_int("num_workers", num_workers, low=1, high=MAX_WORKERS_LIMIT)
-    # 2n > N is n > N // 2 and 2n < N is n < ceil(N / 2): two byte compares, no widening.
-    negative = counts > np.uint8(num_workers // 2)
-    positive = counts < np.uint8((num_workers + 1) // 2)
+    # 2n > N is n > N // 2 and 2n < N is n < ceil(N / 2): two compares, no widening.
+    negative = counts > num_workers // 2
+    positive = counts < (num_workers + 1) // 2
     return positive.view(np.int8) - negative.view(np.int8)
 
 
@@ -142,9 +315,10 @@ def readout(counts, *, readout, num_workers, counter_bits):
     - ``COUNTS``, ``counter_bits`` lines: line ``k`` holds bit ``k`` of every counter
       (bit-planes, least significant first).
 
-    ``counts`` is ``(n_slots, line_bits)`` ``uint8``, each at most ``2**counter_bits - 1``;
-    returns ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's
-    readout (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
+    ``counts`` is ``(n_slots, line_bits)`` of any integer dtype (``uint8`` from
+    :func:`aggregate`), each from 0 to ``2**counter_bits - 1``; returns
+    ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's readout
+    (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
     """
     counts = _check_counts(counts)
     readout = _check_readout(readout)
@@ -160,6 +334,38 @@ def readout(counts, *, readout, num_workers, counter_bits):
         bits = [values < 0] if readout is Readout.SIGN else [values < 0, values != 0]
         planes = _lines.pack_lanes(np.stack(bits, axis=1), lane_bits=1)
     return planes.reshape(-1, _lines.line_bytes(line_bits))
+
+
+def readout_planes(planes, *, readout, num_workers):
+    """The readout lines of complete slots, from counters held as bit-planes, bit-sliced.
+
+    ``planes`` is ``(n_slots, counter_bits, line_bytes)`` ``uint8`` as
+    :func:`aggregate_planes` returns it. Gives exactly what :func:`readout` gives for the
+    same counters, without a byte per lane: ``SIGN`` and ``TERNARY`` compare every counter
+    with ``N // 2`` on the planes, 64 lanes an operation, and ``COUNTS`` is the planes.
+    """
+    if not isinstance(planes, np.ndarray) or planes.dtype != np.uint8 or planes.ndim != 3:
+        got = (f"a {planes.ndim}-D {planes.dtype} array" if isinstance(planes, np.ndarray)
+               else type(planes).__name__)
+        raise TypeError(f"planes must be a 3-D numpy.ndarray of uint8, not {got}")
+    readout = _check_readout(readout)
+    n_slots, counter_bits, nbytes = planes.shape
+    line_bits = _lines.check_line_bits(8 * nbytes)
+    check_int("counter_bits (planes.shape[1])", counter_bits, low=1, high=COUNTER_BITS_LIMIT)
+    num_workers = check_int("num_workers", num_workers, low=1, high=MAX_WORKERS_LIMIT)
+    if readout is Readout.COUNTS:
+        return planes.reshape(-1, nbytes).copy()
+    words = np.empty((counter_bits, n_slots, nbytes // 8), dtype=np.uint64)  # plane-major
+    _swap_lines(np.ascontiguousarray(planes).view(np.uint64), words)
+    negative = _greater(list(words), num_workers // 2)  # 2n > N is n > N // 2
+    if readout is Readout.SIGN:
+        out = negative[:, None]
+    else:  # a tie (2n == N) needs N even; with N odd every lane is decided
+        decided = (~_equal(list(words), num_workers // 2) if num_workers % 2 == 0
+                   else np.full_like(negative, _ONES))
+        out = np.empty((n_slots, 2) + negative.shape[1:], dtype=np.uint64)
+        _swap_lines(np.stack([negative, decided]), out)
+    return out.view(np.uint8).reshape(-1, line_bits // 8)
 
 
 def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):

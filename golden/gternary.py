@@ -5,18 +5,25 @@ A written line holds ``line_bits // 2`` lanes of 2-bit codes: ``00`` = 0, ``01``
 module packs and parses them (``10`` reads as -2, the invalid marker). The device keeps
 per lane a signed saturating sum ``S``; the gated readout is ``sign(S)`` where
 ``|S| >= GATE`` and 0 elsewhere.
+
+The sums are computed bit-sliced on the lines' own 2-bit layout: per worker one word holds
+a tally of +1-or-invalid codes at the even bits and of -1-or-invalid codes at the odd bits,
+both are counted by the carry-save adders of :mod:`.gbinary`, and the sum is their
+difference, as two's complement planes. The planes make the ``SUMS`` readout
+(:func:`aggregate_planes`, :func:`readout_planes`); :func:`aggregate` unpacks them to a byte
+per lane.
 """
 
 import numpy as np
 
+from . import gbinary
 from . import lines as _lines
-from ._validate import check_array, check_generator, check_grad, check_int
-from .gbinary import count_bits
+from ._validate import check_generator, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, Readout, Route, check_counter_bits, count_limit, check_max_workers, check_readout,
                       check_readout_lines, readout_lines_per_slot, sum_limit)
 
-__all__ = ["INVALID_CODE", "encode", "ternarize", "codes", "invalid_lanes", "aggregate", "gate",
-           "readout", "parse_readout", "decode"]
+__all__ = ["INVALID_CODE", "encode", "ternarize", "codes", "invalid_lanes", "aggregate",
+           "aggregate_planes", "gate", "readout", "readout_planes", "parse_readout", "decode"]
 
 INVALID_CODE = 0b10
 LANE_BITS = 2
@@ -49,7 +56,7 @@ def ternarize(grad, *, ratio, rng=None, scale=None):
 
 
 # Elements per chunk: a chunk's float32 data and its masks stay in cache between passes.
-_CHUNK = 1 << 18
+_CHUNK = 1 << 19
 
 
 def _prepare(grad, ratio, rng, scale):
@@ -109,12 +116,15 @@ def _exact_threshold(tau, dtype):
     return rounded
 
 
-def _signs(chunk, tau, draws):
-    """Masks of the elements that encode as +1 and as -1."""
+def _signs(chunk, tau, draws, out=None):
+    """Masks of the elements that encode as +1 and as -1 (into ``out``, two bool arrays, if given)."""
+    positive, negative = out if out is not None else (None, None)
     if tau > 0:  # tau is exact in the chunk's dtype (see _exact_threshold)
-        positive, negative = chunk >= tau, chunk <= -tau
+        positive = np.greater_equal(chunk, tau, out=positive)
+        negative = np.less_equal(chunk, -tau, out=negative)
     else:  # |g| >= 0 holds everywhere; sign(0) is still 0
-        positive, negative = chunk > 0, chunk < 0
+        positive = np.greater(chunk, 0, out=positive)
+        negative = np.less(chunk, 0, out=negative)
     if draws is not None:
         kept = draws < np.abs(chunk)
         positive &= kept
@@ -132,13 +142,25 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
     flat, tau, draws = _prepare(grad, ratio, rng, scale)
     lanes = line_bits // 2
     n_lines = -(-flat.size // lanes)
-    out = np.zeros(n_lines * nbytes, dtype=np.uint8)
-    for start in range(0, flat.size, _CHUNK):  # _CHUNK is a multiple of 8 elements
+    out = np.empty(n_lines * nbytes, dtype=np.uint8)
+    out[flat.size // 4:] = 0  # the padding lanes (and the partial byte before them)
+    # A value's code as a 16-bit two's complement number is its 2-bit code sign-extended:
+    # +1 is bytes 01 00, -1 is FF FF, 0 is 00 00. Packing the bytes' non-zero flags, two per
+    # element, gives each code's low (non-zero) then high (negative) bit: one packbits and no
+    # bit shuffling. Chunks keep the masks and the 16-bit codes in cache between the passes,
+    # and run backwards: the end of the data is what _prepare's pass left in the cache.
+    size = min(_CHUNK, flat.size)
+    masks = np.empty(size, dtype=bool), np.empty(size, dtype=bool)
+    wide = np.empty(size, dtype=np.int16)
+    for start in range((flat.size - 1) // _CHUNK * _CHUNK, -1, -_CHUNK):  # multiples of 4
         stop = min(start + _CHUNK, flat.size)
-        positive, negative = _signs(flat[start:stop], tau, None if draws is None else draws[start:stop])
-        minus = np.packbits(negative, bitorder="little")
-        nonzero = np.packbits(positive, bitorder="little") | minus  # a code's low bit
-        packed = _lines.interleave_bit_planes(nonzero, minus)
+        n = stop - start
+        positive, negative = _signs(flat[start:stop], tau, None if draws is None else draws[start:stop],
+                                    out=(masks[0][:n], masks[1][:n]))
+        values = positive.view(np.int8)
+        np.subtract(values, negative.view(np.int8), out=values)
+        np.copyto(wide[:n], values)
+        packed = np.packbits(wide[:n].view(np.uint8), bitorder="little")
         out[start // 4:start // 4 + packed.size] = packed
     return out.reshape(n_lines, nbytes)
 
@@ -153,6 +175,167 @@ def invalid_lanes(lines):
     return codes(lines) == -2
 
 
+# Bit 2t of a word: lane t's low (non-zero) bit; lane t's high (negative) bit is bit 2t + 1.
+_EVEN = np.uint64(0x5555_5555_5555_5555)
+_ODD = np.uint64(0xAAAA_AAAA_AAAA_AAAA)
+
+
+def _split_codes(rows, *, exact):
+    """Per worker, a word that holds two per-lane tallies: one at the even bits, one at the odd.
+
+    With ``exact=False``: (non-zero XOR negative) at even bits, negative at odd bits. Over
+    workers the two count ``P + I`` and ``M + I`` (``P`` +1 codes, ``M`` -1 codes, ``I``
+    invalid codes), whose difference is the sum ``P - M``: three operations a word, and
+    the invalid codes cancel. With ``exact=True``: +1 at even and -1 at odd bits, for the
+    saturating fold, which needs ``P`` and ``M`` themselves.
+    """
+    out = []
+    for word in rows:
+        high = word >> np.uint64(1)
+        high &= _EVEN  # lane t's negative bit, moved to bit 2t
+        if exact:
+            low = word & _EVEN
+            minus = low & high
+            low ^= minus  # +1: non-zero and not negative
+            minus <<= np.uint64(1)
+            low |= minus
+            out.append(low)
+        else:
+            high ^= word
+            out.append(high)
+    return out
+
+
+def _halves(planes):
+    """The even-bit tally (as is) and the odd-bit tally (moved to the even bits) of ``planes``."""
+    return list(planes), [plane >> np.uint64(1) for plane in planes]
+
+
+def _subtract(a, b):
+    """Bit-sliced ``a - b`` of two equally wide plane lists: two's complement, one plane wider.
+
+    A ripple of full subtractors, five operations a plane: ``d = a ^ b ^ borrow`` and the
+    borrow out ``(~a & b) | (~(a ^ b) & borrow)``, written ``((a ^ b) & b) | (d & borrow)``.
+    """
+    out, borrow = [], None
+    for x, y in zip(a, b):
+        diff = x ^ y
+        out_borrow = diff & y
+        if borrow is not None:
+            diff ^= borrow
+            borrow &= diff
+            out_borrow |= borrow
+        out.append(diff)
+        borrow = out_borrow
+    out.append(borrow)  # the sign: the numbers were below 2**len(a)
+    return out
+
+
+def _clamp(planes, limit, width):
+    """Numbers as ``planes`` clipped to at most ``limit``, as ``width`` planes; and the mask of
+    those above it."""
+    above = gbinary._greater(planes, limit)
+    out = []
+    for k in range(width):
+        plane = planes[k] & ~above if k < len(planes) else np.zeros_like(above)
+        if limit >> k & 1:
+            plane |= above
+        out.append(plane)
+    return out, above
+
+
+def _signed_equal(planes, value):
+    """Mask of the two's complement numbers held as ``planes`` that equal ``value``."""
+    return gbinary._equal(planes, value % (1 << len(planes)))
+
+
+def _fold_in_order(rows, limit, width):
+    """The device's fold, worker after worker: ``S = clip(S + v, -limit, limit)``.
+
+    ``rows`` are the workers' words (already narrowed to the words that need it), in
+    arrival order. ``S`` is ``width`` planes of two's complement at the even bits; a lane
+    whose sum would leave the range stays at the bound and is flagged. Returns the planes
+    and the mask of flagged lanes.
+    """
+    sums = [np.zeros_like(rows[0]) for _ in range(width)]
+    saturated = np.zeros_like(rows[0])
+    for word in _split_codes(rows, exact=True):
+        plus = word & _EVEN
+        minus = (word >> np.uint64(1)) & _EVEN
+        top, bottom = _signed_equal(sums, limit), _signed_equal(sums, -limit)
+        saturated |= (top & plus) | (bottom & minus)
+        plus &= ~top
+        minus &= ~bottom
+        # Add +1 (plus) or -1 (minus: all ones) with a ripple of carries.
+        carry = sums[0] & (plus | minus)
+        sums[0] ^= plus | minus
+        for plane in sums[1:]:
+            total = plane ^ minus
+            next_carry = (plane & minus) | (total & carry)
+            np.bitwise_xor(total, carry, out=plane)
+            carry = next_carry
+    return sums, saturated
+
+
+def _sum_rows(rows, limit, counter_bits):
+    """Saturating sums of one chunk of every worker's words, bit-sliced.
+
+    Returns ``(planes, saturated)``: the sums as two's complement planes at the even bits
+    (odd bits are don't-care), as few planes as the sums need but at most
+    ``counter_bits + 1``, and the mask of lanes that saturated (None when none can).
+
+    With no more workers than ``limit`` no partial sum can leave the range, so the sum is
+    ``P - M`` in any order. Otherwise a lane's running sum stays within ``[-M, P]``: where
+    ``P`` and ``M`` are both within the limit, or one of them is zero (the sum only climbs
+    or only falls), saturating step by step equals clipping each of them, and the sum is
+    ``min(P, limit) - min(M, limit)``. The words holding a lane with both signs and a tally
+    past the limit, where the order of the workers matters, are folded again worker after
+    worker (:func:`_fold_in_order`), exactly, and replace those results.
+    """
+    workers = len(rows)
+    if workers <= limit:
+        tally = [np.empty_like(rows[0]) for _ in range(workers.bit_length())]
+        gbinary._count_rows(_split_codes(rows, exact=False), tally)
+        return _subtract(*_halves(tally)), None
+    tally = [np.empty_like(rows[0]) for _ in range(workers.bit_length())]
+    gbinary._count_rows(_split_codes(rows, exact=True), tally)
+    plus, minus = _halves(tally)
+    plus, plus_above = _clamp(plus, limit, counter_bits)
+    minus, minus_above = _clamp(minus, limit, counter_bits)
+    sums = _subtract(plus, minus)
+    saturated = plus_above | minus_above
+    nonzero = [np.bitwise_or.reduce(half) for half in (tally, [p >> np.uint64(1) for p in tally])]
+    ordered = nonzero[0] & nonzero[1] & saturated & _EVEN
+    words = np.flatnonzero(ordered.reshape(-1))
+    if words.size:  # exact for every lane of these words
+        exact, flagged = _fold_in_order([row.reshape(-1)[words] for row in rows], limit, len(sums))
+        for plane, value in zip(sums, exact):
+            plane.reshape(-1)[words] = value
+        saturated.reshape(-1)[words] = flagged
+    return sums, saturated
+
+
+def _sum_chunks(lines, max_workers, counter_bits):
+    """Yield ``(chunk, planes, saturated)`` of :func:`_sum_rows` over chunks of whole lines."""
+    limit = sum_limit(max_workers, counter_bits)
+    words = gbinary._word_rows(lines)
+    for chunk in gbinary._line_chunks(lines.shape[1], lines.shape[2] // 8):
+        planes, saturated = _sum_rows(list(words[:, chunk]), limit, counter_bits)
+        yield chunk, planes, saturated
+
+
+def _check_workers(lines, max_workers, counter_bits):
+    lines, line_bits = _lines.check_lines(lines, ndim=3)
+    check_max_workers(max_workers)
+    counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+    return lines, line_bits, counter_bits
+
+
+def _lane_mask(mask):
+    """A mask at the even bits of ``(n, words)`` ``uint64`` as booleans, one per lane."""
+    return np.unpackbits(mask.view(np.uint8), axis=-1, bitorder="little")[..., ::2].view(bool)
+
+
 def aggregate(lines, *, max_workers, counter_bits=None, return_flags=False):
     """Sum the ternary values per lane over workers, saturating, in worker order.
 
@@ -164,69 +347,106 @@ def aggregate(lines, *, max_workers, counter_bits=None, return_flags=False):
 
     Returns ``int8`` sums ``(n_lines, line_bits // 2)``; with ``return_flags=True`` also a
     dict of boolean masks: ``"saturated"`` per lane, ``"invalid"`` per worker and lane.
+    These are the sums of :func:`aggregate_planes`, unpacked to a byte per lane.
     """
-    lines, _ = _lines.check_lines(lines, ndim=3)
-    check_max_workers(max_workers)
-    counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
-    limit = sum_limit(max_workers, counter_bits)
+    lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
-    if workers <= limit:  # no partial sum can leave the range: count +1s and -1s
-        sums = _count_codes(lines)
-        saturated = np.zeros_like(sums, dtype=bool)
-    else:
-        values = codes(lines)
-        values[values == -2] = 0
-        sums = np.zeros(values.shape[1:], dtype=np.int16)
-        saturated = np.zeros(values.shape[1:], dtype=bool)
-        for contribution in values:
-            sums += contribution
-            saturated |= np.abs(sums) > limit
-            np.clip(sums, -limit, limit, out=sums)
-        sums = sums.astype(np.int8)
+    sums = np.zeros((n_lines, line_bits // 2), dtype=np.int8)
+    saturated = np.zeros((n_lines, line_bits // 2), dtype=bool)
+    if workers:
+        for chunk, planes, over in _sum_chunks(lines, max_workers, counter_bits):
+            _planes_to_lanes(planes, sums[chunk].reshape(-1))
+            if return_flags and over is not None:
+                saturated[chunk] = _lane_mask(over)
     if return_flags:
         return sums, {"saturated": saturated, "invalid": invalid_lanes(lines)}
     return sums
 
 
-# The low bit of every 2-bit code in a 64-bit word.
-_LOW_BITS = np.uint64(0x5555_5555_5555_5555)
+def _planes_to_lanes(planes, out):
+    """Two's complement planes at the even bits of ``(n, words)`` words to ``int8`` lanes.
 
-
-def _count_codes(lines):
-    """Per-lane (count of +1) - (count of -1) over workers, with the bit-sliced counter.
-
-    A code's low bit says non-zero and its high bit negative, so +1 is ``low & ~high``,
-    -1 is ``low & high`` and the invalid ``10`` is neither. Counting set bits per bit
-    position and keeping the even positions gives the counts per ternary lane.
+    The lanes of the first and second half of the words are merged into dense 1-bit planes
+    (first half at the even bits, second half at the odd bits), so one unpack per plane
+    serves two words; the bytes then come out in pairs, split apart as 16-bit values.
     """
+    flat = [plane.reshape(-1) for plane in planes]
+    half = flat[0].size // 2  # lines are whole numbers of 16-byte pairs of words
+    dense = np.empty((len(flat), half), dtype=np.uint64)
+    for row, plane in zip(dense, flat):
+        np.bitwise_and(plane[:half], _EVEN, out=row)
+        second = plane[half:] & _EVEN
+        second <<= np.uint64(1)
+        row |= second
+    pairs = np.empty(64 * half, dtype=np.uint8)
+    _lines.bit_planes_to_bytes(dense.view(np.uint8).reshape(len(flat), -1), pairs, signed=True)
+    pairs = pairs.view("<u2")
+    lanes = out.view(np.uint8)
+    np.copyto(lanes[:32 * half], pairs, casting="unsafe")  # the low byte: first half
+    pairs >>= np.uint16(8)
+    np.copyto(lanes[32 * half:], pairs, casting="unsafe")
+
+
+def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=False):
+    """The sums of :func:`aggregate` as the device reads them out: ``SUMS`` lines, never unpacked.
+
+    Same arguments and rules as :func:`aggregate`. Returns ``uint8``
+    ``(n_lines, ceil((counter_bits + 1) / 2), line_bytes)``: entry ``[j, k]`` is a line
+    holding bits ``2k`` and ``2k + 1`` of every sum of line ``j`` (two's complement,
+    ``counter_bits + 1`` bits, the sign repeated beyond), lane ``t`` at bits ``2t`` and
+    ``2t + 1``. That is each slot's ``SUMS`` readout, so ``.reshape(-1, line_bytes)`` gives
+    the readout lines, and :func:`readout_planes` derives the ``GATED`` readout from it.
+    With ``return_saturated=True`` also the boolean mask ``(n_lines, line_bits // 2)`` of the
+    lanes that saturated.
+    """
+    lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
-    words = lines.reshape(workers, n_lines * nbytes).view(np.uint64)
-    low = words & _LOW_BITS
-    minus = (words >> np.uint64(1)) & low
-    plus = low ^ minus
-    n_bits = words.shape[1] * 64
-    return (count_bits(plus)[:n_bits:2].view(np.int8)
-            - count_bits(minus)[:n_bits:2].view(np.int8)).reshape(n_lines, nbytes * 4)
+    per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
+    out = np.zeros((n_lines, per_slot, nbytes), dtype=np.uint8)
+    saturated = np.zeros((n_lines, line_bits // 2), dtype=bool) if return_saturated else None
+    if workers:
+        rows = out.view(np.uint64)
+        for chunk, planes, over in _sum_chunks(lines, max_workers, counter_bits):
+            digits = np.empty((per_slot,) + planes[0].shape, dtype=np.uint64)
+            _digit_lines(planes, digits)
+            gbinary._swap_lines(digits, rows[chunk])  # one copy into the slots' lines
+            if saturated is not None and over is not None:
+                saturated[chunk] = _lane_mask(over)
+    return (out, saturated) if return_saturated else out
+
+
+def _digit_lines(planes, out):
+    """Lines of 2-bit digits from two's complement planes at the even bits: ``out[k]`` gets
+    plane ``2k`` at the even bits and plane ``2k + 1`` at the odd bits, planes past the top
+    repeating the sign."""
+    for k, line in enumerate(out):
+        low = planes[min(2 * k, len(planes) - 1)]
+        np.left_shift(planes[min(2 * k + 1, len(planes) - 1)], np.uint64(1), out=line)
+        line ^= low
+        line &= _ODD
+        line ^= low  # low's even bits, the shifted plane's odd bits
 
 
 def _check_sums(sums):
-    return check_array(sums, name="sums", dtype=np.int8, ndim=2)
+    return gbinary._check_values(sums, name="sums", low=-128, high=127)
 
 
 def _gated(sums, threshold):
     threshold = max(threshold, 1)  # |S| >= 0 passes everything, and sign(0) is 0 anyway
-    if threshold > 128:  # beyond any int8 magnitude
-        return np.zeros_like(sums)
-    positive = sums >= np.int16(threshold)
-    negative = sums <= np.int16(-threshold)
+    if threshold > 128:  # beyond any sum's magnitude
+        return np.zeros(sums.shape, dtype=np.int8)
+    # Python integers compare exactly with any integer dtype (no wrap-around, no widening).
+    positive = sums >= threshold
+    negative = sums <= -threshold
     return positive.view(np.int8) - negative.view(np.int8)
 
 
 def gate(sums, *, gate):
     """``sign(S)`` where ``|S| >= gate``, else 0; ``int8`` of the same shape.
 
-    ``gate`` is the GATE register: an integer from 0 to 255 (0 and 1 both pass every
-    non-zero sum).
+    ``sums`` is the output of :func:`aggregate` (``int8``, or any integer array with values
+    from -128 to 127). ``gate`` is the GATE register: an integer from 0 to 255 (0 and 1
+    both pass every non-zero sum).
     """
     return _gated(_check_sums(sums), check_int("gate", gate, low=0, high=255))
 
@@ -243,9 +463,10 @@ def readout(sums, *, readout, gate, counter_bits):
       ``2t`` and bit ``2k + 1`` at line bit ``2t + 1``. When ``counter_bits + 1`` is odd, the
       last line's bit ``2t + 1`` repeats the sign bit (sign extension).
 
-    ``sums`` is ``(n_slots, line_bits // 2)`` ``int8`` within ``+-(2**counter_bits - 1)``;
-    returns ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's
-    readout (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
+    ``sums`` is ``(n_slots, line_bits // 2)`` of any integer dtype (``int8`` from
+    :func:`aggregate`) within ``+-(2**counter_bits - 1)``; returns
+    ``(n_slots * k, line_bits // 8)`` ``uint8`` where ``k`` lines make one slot's readout
+    (:func:`~neuron_fabric.golden.formats.readout_lines_per_slot`).
     """
     sums = _check_sums(sums)
     readout = _check_readout(readout)
@@ -261,6 +482,43 @@ def readout(sums, *, readout, gate, counter_bits):
     planes = _lines.pack_planes(sums, lane_bits=LANE_BITS,
                                 planes=readout_lines_per_slot(readout, counter_bits=counter_bits))
     return planes.reshape(-1, _lines.line_bytes(line_bits))
+
+
+def readout_planes(planes, *, readout, gate):
+    """The readout lines of complete slots, from sums held as ``SUMS`` lines, bit-sliced.
+
+    ``planes`` is ``(n_slots, k, line_bytes)`` ``uint8`` as :func:`aggregate_planes`
+    returns it (``k = ceil((counter_bits + 1) / 2)``). Gives exactly what :func:`readout`
+    gives for the same sums, without a byte per lane: ``GATED`` compares every sum with
+    ``+-gate`` on the planes, 32 lanes an operation, and ``SUMS`` is the lines themselves.
+    """
+    if not isinstance(planes, np.ndarray) or planes.dtype != np.uint8 or planes.ndim != 3:
+        got = (f"a {planes.ndim}-D {planes.dtype} array" if isinstance(planes, np.ndarray)
+               else type(planes).__name__)
+        raise TypeError(f"planes must be a 3-D numpy.ndarray of uint8, not {got}")
+    readout = _check_readout(readout)
+    n_slots, per_slot, nbytes = planes.shape
+    _lines.check_line_bits(8 * nbytes)
+    check_int("lines per slot (planes.shape[1])", per_slot, low=1, high=(COUNTER_BITS_LIMIT + 2) // 2)
+    gate = check_int("gate", gate, low=0, high=255)
+    if readout is Readout.SUMS:
+        return planes.reshape(-1, nbytes).copy()
+    digits = np.empty((per_slot, n_slots, nbytes // 8), dtype=np.uint64)  # line-major
+    gbinary._swap_lines(np.ascontiguousarray(planes).view(np.uint64), digits)
+    bits = [plane for line in digits for plane in (line, line >> np.uint64(1))]  # at the even bits
+    sign, low = bits[-1], bits[:-1]  # two's complement: the top bit has weight -2**len(low)
+    threshold = max(gate, 1)
+    # S >= g: sign clear and the low bits >= g. S <= -g: sign set and the low bits, which
+    # are S + 2**len(low), at most 2**len(low) - g.
+    positive = ~sign & gbinary._greater(low, threshold - 1)
+    top = (1 << len(low)) - threshold
+    negative = sign & ~gbinary._greater(low, top) if top >= 0 else np.zeros_like(sign)
+    positive |= negative
+    positive &= _EVEN
+    negative &= _EVEN
+    negative <<= np.uint64(1)
+    positive |= negative  # the code: non-zero at the even bit, negative at the odd bit
+    return positive.view(np.uint8).reshape(n_slots, nbytes)
 
 
 def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):

@@ -13,7 +13,7 @@ from neuron_fabric.golden import gbinary, lines
 from neuron_fabric.golden.formats import Readout, count_limit, default_counter_bits
 
 LINE_BITS = (128, 256, 512, 1024)
-CHUNK_LANES = 4096 * 64  # gbinary's internal chunk: 4096 64-bit words
+CHUNK_LANES = gbinary._CHUNK_WORDS * 64  # gbinary's internal chunk of 64-bit words
 PROPERTY = settings(max_examples=40, deadline=None)
 
 
@@ -286,10 +286,14 @@ def test_tie_reads_zero_only_for_even_worker_counts():
 
 
 def test_majority_refuses_bad_inputs():
-    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of uint8, not a 2-D int64 array$"):
-        gbinary.majority(np.zeros((1, 4), dtype=np.int64), num_workers=2)
-    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of uint8, not a 1-D uint8 array$"):
+    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of integers, not a 2-D float32 array$"):
+        gbinary.majority(np.zeros((1, 4), dtype=np.float32), num_workers=2)
+    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of integers, not a 1-D uint8 array$"):
         gbinary.majority(np.zeros(4, dtype=np.uint8), num_workers=2)
+    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of integers, not a 2-D bool array$"):
+        gbinary.majority(np.zeros((1, 4), dtype=bool), num_workers=2)
+    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of integers, not list$"):
+        gbinary.majority([[0, 1]], num_workers=2)
     for bad in (0, 128):
         with pytest.raises(ValueError, match=f"^num_workers must be between 1 and 127, not {bad}$"):
             gbinary.majority(np.zeros((1, 4), dtype=np.uint8), num_workers=bad)
@@ -445,8 +449,8 @@ def test_parse_refuses_bad_arguments():
 
 
 def test_readout_refuses_bad_arguments():
-    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of uint8"):
-        gbinary.readout(np.zeros((1, 128), dtype=np.int32), readout=Readout.SIGN, num_workers=2, counter_bits=2)
+    with pytest.raises(TypeError, match="^counts must be a 2-D numpy.ndarray of integers"):
+        gbinary.readout(np.zeros((1, 128), dtype=np.float32), readout=Readout.SIGN, num_workers=2, counter_bits=2)
     with pytest.raises(ValueError, match="^line_bits must be one of"):
         gbinary.readout(np.zeros((1, 100), dtype=np.uint8), readout=Readout.SIGN, num_workers=2, counter_bits=2)
     with pytest.raises(ValueError, match="^readout must be one of SIGN, TERNARY, COUNTS for GBINARY, not Readout.SUMS$"):

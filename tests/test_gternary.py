@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from neuron_fabric.golden import gternary, lines
+from neuron_fabric.golden import gbinary, gternary, lines
 from neuron_fabric.golden.formats import Readout, count_limit, default_counter_bits, sum_limit
 
 LINE_BITS = (128, 256, 512, 1024)
@@ -448,7 +448,7 @@ def test_aggregate_reaches_plus_and_minus_max_workers():
 @pytest.mark.parametrize("workers", [1, 3, 16])
 def test_aggregate_spans_several_internal_chunks(workers):
     rng = np.random.default_rng(workers)
-    n_lines = 1100  # 281600 lanes of 2 bits: more than two chunks of 4096 64-bit words
+    n_lines = 2 * gbinary._CHUNK_WORDS // 8 + 3  # more than two chunks of 64-bit words
     values = random_codes(rng, (workers, n_lines * 256), 0.05)
     sums, flags = gternary.aggregate(pack(values, 512), max_workers=16, return_flags=True)
     np.testing.assert_array_equal(sums.reshape(-1), np.where(values == -2, 0, values).sum(axis=0))
@@ -521,8 +521,10 @@ def test_bad_gate_is_refused(gate, error, message):
 
 
 def test_gate_refuses_sums_of_wrong_dtype():
-    with pytest.raises(TypeError, match="^sums must be a 2-D numpy.ndarray of int8, not a 2-D int16 array$"):
-        gternary.gate(np.zeros((1, 64), dtype=np.int16), gate=1)
+    with pytest.raises(TypeError, match="^sums must be a 2-D numpy.ndarray of integers, not a 2-D float64 array$"):
+        gternary.gate(np.zeros((1, 64), dtype=np.float64), gate=1)
+    with pytest.raises(TypeError, match="^sums must be a 2-D numpy.ndarray of integers, not a 3-D int8 array$"):
+        gternary.gate(np.zeros((1, 1, 64), dtype=np.int8), gate=1)
 
 
 # --------------------------------------------------------------------------- readouts
@@ -673,8 +675,8 @@ def test_parse_and_readout_refuse_bad_arguments():
         gternary.parse_readout(np.zeros((2, 64), dtype=np.uint8), readout=Readout.TERNARY)
     with pytest.raises(ValueError, match="^readout must be one of GATED, SUMS for GTERNARY, not Readout.COUNTS$"):
         gternary.readout(np.zeros((1, 64), dtype=np.int8), readout=Readout.COUNTS, gate=1, counter_bits=3)
-    with pytest.raises(TypeError, match="^sums must be a 2-D numpy.ndarray of int8"):
-        gternary.readout(np.zeros((1, 64), dtype=np.uint8), readout=Readout.SUMS, gate=1, counter_bits=3)
+    with pytest.raises(TypeError, match="^sums must be a 2-D numpy.ndarray of integers"):
+        gternary.readout(np.zeros((1, 64), dtype=np.float16), readout=Readout.SUMS, gate=1, counter_bits=3)
     with pytest.raises(ValueError, match="^line_bits must be one of"):
         gternary.readout(np.zeros((1, 100), dtype=np.int8), readout=Readout.SUMS, gate=1, counter_bits=3)
 
