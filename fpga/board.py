@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import wiring
 
-from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, cached_run, critical_path, \
-    parse_nextpnr_report, router_diverged
+from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, absorb_block_ram_registers, cached_run, \
+    critical_path, parse_nextpnr_report, router_diverged
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -218,6 +218,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
                       log_name=f"{name}_yosys.out", what=what, step="synthesized",
                       timeout=timeout, cached_only=cached_only):
         log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
+    absorb_block_ram_registers(netlist)
     tag = f"{name}_seed{seed}"
     report_file = out / f"{tag}_report.json"
     runs = dict(cwd=out, what=what, timeout=timeout, reuse=reuse, cached_only=cached_only)

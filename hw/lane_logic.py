@@ -9,7 +9,7 @@ lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, 
 
 from amaranth.hdl import C, Cat, Value
 
-__all__ = ["step", "carry_out", "widen", "read_line"]
+__all__ = ["step", "carry_out", "widen", "readout_terms", "select_line", "read_line"]
 
 
 def step(value, *, up, down):
@@ -48,14 +48,32 @@ def widen(value, width):
     return Cat(value, C(0, width - len(value))) if width > len(value) else value
 
 
+def readout_terms(readout, beat, lines_by_readout):
+    """``[(select, line)]``, one pair per distinct line of ``lines_by_readout`` (``{Readout:
+    [line, ...]}``): ``select`` is 1 when ``readout`` and ``beat`` ask for that line. A line
+    that answers several beats (a ``TERNARY`` line 0 is the ``SIGN`` line) gets one select."""
+    selects, lines = {}, {}
+    for kind, kind_lines in lines_by_readout.items():
+        for index, line in enumerate(kind_lines):
+            lines[id(line)] = line
+            selects.setdefault(id(line), []).append((readout == kind) & (beat == index))
+    return [(Cat(selects[key]).any(), line) for key, line in lines.items()]
+
+
+def select_line(terms):
+    """The OR of every ``line`` of ``terms`` whose ``select`` is 1 (selects are one-hot, or
+    all 0 for a zero line): each bit of the result looks only at its own lane's bits."""
+    result = None
+    for select, line in terms:
+        line = Value.cast(line)
+        term = line & Value.cast(select).replicate(len(line))
+        result = term if result is None else result | term
+    return result
+
+
 def read_line(m, p_in, p_out, lines_by_readout):
     """Drive ``p_out.readout`` with line ``p_in.beat`` of readout ``p_in.readout``: one line
     per cycle, each bit choosing among its own lane's bits. A beat past the readout's last
     line, or a readout not listed, reads 0."""
-    with m.Switch(p_in.readout):
-        for readout, lines in lines_by_readout.items():
-            with m.Case(readout):
-                with m.Switch(p_in.beat):
-                    for beat, line in enumerate(lines):
-                        with m.Case(beat):
-                            m.d.comb += p_out.readout.eq(line)
+    m.d.comb += p_out.readout.eq(select_line(readout_terms(p_in.readout, p_in.beat,
+                                                           lines_by_readout)))

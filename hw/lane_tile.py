@@ -10,14 +10,15 @@ thing through two registered control words.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, memory, wiring
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden._validate import check_int
 from ..golden.formats import Route, check_counter_bits
-from .layouts import check_hw_max_workers, max_readout_lines
-from .sign_count import SignCountEngine, majority_layout
-from .ternary_gate import TernaryGateEngine
+from .lane_logic import readout_terms, select_line
+from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout
+from .sign_count import SignCountEngine, majority_layout, sign_count_lines
+from .ternary_gate import TernaryGateEngine, ternary_gate_lines
 
 __all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "LOOP_LAYOUT", "FOLD_STAGE", "WRITE_STAGE",
            "READ_WORD_STAGE", "FOLD_WORD_STAGE"]
@@ -34,9 +35,7 @@ WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's
 KEEP = {"keep": 1}
 
 #: The fields of the fold loop, copied per pair of line bits.
-LOOP_LAYOUT = data.StructLayout({
-    "from_last": 1, "use_earlier": 1, "fold_gbinary": 1, "fold_gternary": 1, "clear": 1,
-    "gbinary": 1})
+LOOP_LAYOUT = data.StructLayout({"from_last": 1, "use_earlier": 1, "clear": 1})
 
 
 def read_word_layout(rows):
@@ -216,6 +215,14 @@ class LaneTile(wiring.Component):
         m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
                      slots_wr.en.eq(late.write_row)]
 
+        # The line's votes and codes, masked a cycle before the fold: a lane of a route that
+        # does not fold sees a zero vote or code, so its engine passes the row through and
+        # neither a fold enable nor the route sits in the fold loop.
+        votes = Signal(T, name="votes", reset_less=True)
+        codes = Signal(T, name="codes", reset_less=True)
+        m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
+                     codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
+
         # ------------------------------------------------------------ lane groups
         # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
         # it reads out the kept row, the beat's line of it. Each stage has its own copy of
@@ -226,8 +233,7 @@ class LaneTile(wiring.Component):
             low, high = g * G * CW, (g + 1) * G * CW
             early = Signal(read_layout, name=f"g{g}_read_word", reset_less=True, attrs=KEEP)
             fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
-            out = Signal(fold_layout, name=f"g{g}_out_word", reset_less=True, attrs=KEEP)
-            m.d.sync += [early.eq(read_word), fold.eq(fold_word), out.eq(fold)]
+            m.d.sync += [early.eq(read_word), fold.eq(fold_word)]
 
             # Forwarding. Cycle FOLD_STAGE - 1 chooses between the results two and three
             # words ahead; the fold then takes the previous word's result or that choice.
@@ -236,75 +242,88 @@ class LaneTile(wiring.Component):
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
-            votes = line[FOLD_STAGE][g * G:(g + 1) * G]
-            signs, codes = self._engines(m, f"g{g}_fold")
-            row_in, sign_folds, code_folds, folded = [], [], [], []
+            signs, terns = self._engines(m, f"g{g}_fold")
+            row_in = []
             for pair in range(G // 2):
                 control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
                                  attrs=KEEP)
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.use_earlier.eq(early.use_earlier),
-                             control.fold_gbinary.eq(fold_word.fold_gbinary),
-                             control.fold_gternary.eq(fold_word.fold_gternary),
-                             control.clear.eq(fold_word.clear),
-                             control.gbinary.eq(fold_word.gbinary)]
+                             control.clear.eq(fold_word.clear)]
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
                 row_in.append(Mux(control.from_last, row_new[bits],
                                   Mux(control.use_earlier, row_earlier[bits], row_read[bits])))
-                sign_folds += [control.fold_gbinary] * 2
-                code_folds.append(control.fold_gternary)
                 pair_counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
-                pair_sums = codes.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
-                folded.append(Mux(control.clear, 0,
-                                  Mux(control.gbinary, pair_counts, _row_of_sums(pair_sums, CW))))
+                pair_sums = terns.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
+                # Each engine changes the row only when its route folds, so the result is the
+                # row with both engines' changes (a G-Ternary row's upper bits stay 0). A
+                # clear is the flip-flops' synchronous reset, not a mux level in the loop.
+                with m.If(control.clear):
+                    m.d.sync += row_new[bits].eq(0)
+                with m.Else():
+                    m.d.sync += row_new[bits].eq(
+                        pair_counts ^ _row_of_sums(pair_sums ^ row_in[-1][:CW + 1], CW))
             row_in = Cat(row_in)
             m.d.comb += [
                 signs.i.payload.counts.eq(row_in),
-                signs.i.payload.votes.eq(votes),
-                signs.i.payload.fold.eq(Cat(sign_folds)),
-                codes.i.payload.sums.eq(_sums_of_row(row_in, CW)),
-                codes.i.payload.codes.eq(votes),
-                codes.i.payload.fold.eq(Cat(code_folds)),
+                signs.i.payload.votes.eq(votes[g * G:(g + 1) * G]),
+                signs.i.payload.fold.eq(-1),
+                terns.i.payload.sums.eq(_sums_of_row(row_in, CW)),
+                terns.i.payload.codes.eq(codes[g * G:(g + 1) * G]),
+                terns.i.payload.fold.eq(-1),
             ]
-            m.d.sync += row_new[low:high].eq(Cat(folded))
+            # The lanes' flags are registered before they are ORed, off the fold's path.
+            saturated = Signal(G + G // 2, name=f"g{g}_saturated", reset_less=True)
+            invalid = Signal(G // 2, name=f"g{g}_invalid", reset_less=True)
+            m.d.sync += [saturated.eq(Cat(signs.o.payload.saturated, terns.o.payload.saturated)),
+                         invalid.eq(terns.o.payload.invalid)]
             flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
-            m.d.sync += flags.eq(Cat(signs.o.payload.saturated | codes.o.payload.saturated,
-                                     codes.o.payload.invalid))
+            m.d.sync += flags.eq(Cat(saturated.any(), invalid.any()))
             group_flags.append(flags)
 
+            # Readout: the comparisons with the majority and the gate are made as the row
+            # is folded (by the fold engines, on the same row) and kept with the row; the
+            # next cycle only chooses the beat's line among the kept bits, with selects
+            # decoded a cycle ahead.
+            m.d.comb += [signs.i.payload.majority.eq(fold.majority),
+                         terns.i.payload.gate_less_one.eq(fold.gate_less_one)]
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
+            kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
+            kept_not_tie = Signal(G, name=f"g{g}_kept_not_tie", reset_less=True)
+            kept_gated = Signal(G, name=f"g{g}_kept_gated", reset_less=True)
             with m.If(fold.capture):
-                m.d.sync += kept.eq(row_in)
-            signs, codes = self._engines(m, f"g{g}_readout")
-            m.d.comb += [
-                signs.i.payload.counts.eq(kept),
-                signs.i.payload.majority.eq(out.majority),
-                signs.i.payload.readout.eq(out.readout),
-                signs.i.payload.beat.eq(out.beat),
-                codes.i.payload.sums.eq(_sums_of_row(kept, CW)),
-                codes.i.payload.gate_less_one.eq(out.gate_less_one),
-                codes.i.payload.readout.eq(out.readout),
-                codes.i.payload.beat.eq(out.beat),
-            ]
-            response_line.append(Mux(out.quiet, 0, Mux(out.gbinary, signs.o.payload.readout,
-                                                         codes.o.payload.readout)))
+                m.d.sync += [kept.eq(row_in), kept_sign.eq(signs.o.payload.sign),
+                             kept_not_tie.eq(signs.o.payload.not_tie),
+                             kept_gated.eq(terns.o.payload.gated)]
+            lines = {
+                **sign_count_lines(kept_sign, kept_not_tie,
+                                   data.View(count_layout(G, CW), kept), counter_bits=CW),
+                **ternary_gate_lines(kept_gated,
+                                     data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
+                                     counter_bits=CW),
+            }
+            terms = []
+            for index, (select, readout_line) in enumerate(
+                    readout_terms(fold.readout, fold.beat, lines)):
+                chosen = Signal(name=f"g{g}_select_{index}", reset_less=True)
+                m.d.sync += chosen.eq(select & ~fold.quiet)
+                terms.append((chosen, readout_line))
+            response_line.append(select_line(terms))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
                      self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
 
         # ------------------------------------------------------------ buffers
         # Each response entry keeps whether it is a memory read's, so the choice of the
         # head's line is made here, not by a net reaching every tile.
-        m.submodules.responses = responses = fifo.SyncFIFO(width=T + 1, depth=self.buffer_depth)
-        m.submodules.requests = requests = fifo.SyncFIFO(width=T, depth=self.buffer_depth)
+        response_head = _ring(m, "responses", width=T + 1, depth=self.buffer_depth,
+                              push=live & late.push_response,
+                              data=Cat(response_line, late.memory_read), pop=self.pop_response)
+        memory_head = _ring(m, "requests", width=T, depth=self.buffer_depth,
+                            push=live & late.push_memory, data=line[WRITE_STAGE],
+                            pop=self.pop_memory)
         m.d.comb += [
-            responses.w_en.eq(live & late.push_response),
-            responses.w_data.eq(Cat(response_line, late.memory_read)),
-            responses.r_en.eq(self.pop_response),
-            self.o_response.eq(Mux(responses.r_data[T], self.i_mem_data, responses.r_data[:T])),
-            requests.w_en.eq(live & late.push_memory),
-            requests.w_data.eq(line[WRITE_STAGE]),
-            requests.r_en.eq(self.pop_memory),
-            self.o_memory.eq(requests.r_data),
+            self.o_response.eq(Mux(response_head[T], self.i_mem_data, response_head[:T])),
+            self.o_memory.eq(memory_head),
         ]
         return m
 
@@ -319,6 +338,35 @@ class LaneTile(wiring.Component):
         m.d.comb += [signs.i.valid.eq(1), signs.o.ready.eq(1),
                      codes.i.valid.eq(1), codes.o.ready.eq(1)]
         return signs, codes
+
+
+def _ring(m, name, *, width, depth, push, data, pop):
+    """A ring of ``depth`` entries in LUT RAM; returns the entry at its head.
+
+    The control plane tells every tile to pop in the cycle its response or memory request
+    leaves, and that decision reaches the tile through a register (``popped``): the head
+    is the entry after the read pointer while a pop is pending, so no pointer logic waits
+    on a net that crosses the row. The control plane never lets a ring overflow (credits)
+    or pops an empty one, and keeps the levels.
+    """
+    storage = memory.Memory(shape=unsigned(width), depth=depth, init=[])
+    m.submodules[name] = storage
+    write, read = storage.write_port(), storage.read_port(domain="comb")
+
+    def after(pointer):
+        return Mux(pointer == depth - 1, 0, pointer + 1)
+
+    produce = Signal(range(depth), name=f"{name}_produce")
+    consume = Signal(range(depth), name=f"{name}_consume")
+    consume_next = Signal(range(depth), name=f"{name}_consume_next", init=1 % depth)
+    popped = Signal(name=f"{name}_popped")
+    head = Mux(popped, consume_next, consume)
+    m.d.sync += [popped.eq(pop), consume.eq(head), consume_next.eq(after(head))]
+    with m.If(push):
+        m.d.sync += produce.eq(after(produce))
+    m.d.comb += [write.addr.eq(produce), write.data.eq(data), write.en.eq(push),
+                 read.addr.eq(head)]
+    return read.data
 
 
 def most_readout_lines(counter_bits):

@@ -1,6 +1,6 @@
 """The G-Binary sign-count lane engine (DESIGN.md section 3)."""
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,7 +9,8 @@ from .lane_logic import carry_out, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, count_layout,
                       max_readout_lines, vote_layout)
 
-__all__ = ["SignCountEngine", "majority_layout", "majority_thresholds", "majority_value"]
+__all__ = ["SignCountEngine", "majority_layout", "majority_thresholds", "majority_value",
+           "sign_count_lines"]
 
 
 def majority_layout(max_workers):
@@ -39,7 +40,7 @@ class SignCountEngine(wiring.Component):
     """Folds one line of sign votes into a slot's saturating counters and reads a slot out.
 
     One G-Binary lane per line bit. Per lane, ``counts + vote`` saturates at
-    ``2**counter_bits - 1`` (``saturated`` reports it). The readout is line ``beat`` of the
+    ``2**counter_bits - 1`` (``saturated`` reports it, a bit per lane). The readout is line ``beat`` of the
     readout of the incoming counts (a read never folds), with the majority of ``N`` given by
     its thresholds (:func:`majority_thresholds`); every line holds lane ``i`` at bit ``i``:
 
@@ -68,8 +69,11 @@ class SignCountEngine(wiring.Component):
         1: add the lane's vote, 0: pass its count through), ``majority`` (:func:`majority_layout`), ``readout`` (a
         ``Readout`` value) and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
-        ``counts`` (the slot after the fold), ``saturated`` and ``readout``: line ``beat``
-        of the readout; a beat past the readout's last line reads 0.
+        ``counts`` (the slot after the fold), ``saturated`` (a bit per lane: its vote met a
+        full counter) and ``readout``: line ``beat``
+        of the readout; a beat past the readout's last line reads 0. ``sign`` and
+        ``not_tie`` are the lines that compare the incoming counts with the majority (the
+        ``SIGN`` line and ``TERNARY`` line 1), whatever the readout and beat.
 
     Raises
     ------
@@ -94,8 +98,10 @@ class SignCountEngine(wiring.Component):
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "counts": counts,
-                "saturated": unsigned(1),
+                "saturated": unsigned(self.line_bits),
                 "readout": unsigned(self.line_bits),
+                "sign": unsigned(self.line_bits),
+                "not_tie": unsigned(self.line_bits),
             }))),
         })
 
@@ -113,7 +119,7 @@ class SignCountEngine(wiring.Component):
             fold = p_in.fold[lane]
             saturated.append(fold & vote & full)
             m.d.comb += p_out.counts[lane].eq(step(count, up=fold & vote & ~full, down=0))
-        m.d.comb += p_out.saturated.eq(Cat(saturated).any())
+        m.d.comb += p_out.saturated.eq(Cat(saturated))
 
         # Majority: each lane tests the two thresholds with two short carry functions.
         width = max(self.counter_bits, len(p_in.majority.above))
@@ -127,13 +133,22 @@ class SignCountEngine(wiring.Component):
             count = widen(p_in.counts[lane], width)
             m.d.comb += [negative[lane].eq(carry_out(count, below_negative)),
                          positive[lane].eq(~carry_out(count, below_positive, carry_in=1))]
-        planes = bit_planes(p_in.counts, planes=self.counter_bits)
-        read_line(m, p_in, p_out, {
-            Readout.SIGN: [negative],
-            Readout.TERNARY: [negative, negative | positive],
-            Readout.COUNTS: [planes[k * self.line_bits:(k + 1) * self.line_bits]
-                             for k in range(self.counter_bits)],
-        })
+        m.d.comb += [p_out.sign.eq(negative), p_out.not_tie.eq(negative | positive)]
+        read_line(m, p_in, p_out, sign_count_lines(p_out.sign, p_out.not_tie, p_in.counts,
+                                                   counter_bits=self.counter_bits))
         return m
+
+
+def sign_count_lines(sign, not_tie, counts, *, counter_bits):
+    """``{Readout: [line, ...]}`` of the G-Binary readouts, from the ``SIGN`` and not-a-tie
+    lines and the counters (an ``ArrayLayout`` view): the one place that says which line
+    each beat of each readout is."""
+    line_bits = len(Value.cast(sign))
+    planes = bit_planes(counts, planes=counter_bits)
+    return {
+        Readout.SIGN: [sign],
+        Readout.TERNARY: [sign, not_tie],
+        Readout.COUNTS: [planes[k * line_bits:(k + 1) * line_bits] for k in range(counter_bits)],
+    }
 
 

@@ -1,6 +1,6 @@
 """The G-Ternary gate lane engine (DESIGN.md section 4)."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -9,7 +9,7 @@ from .lane_logic import carry_out, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, code_layout,
                       max_readout_lines, readout_lines, sum_layout, ternary_code)
 
-__all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value"]
+__all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value", "ternary_gate_lines"]
 
 #: The invalid code, ``10``: counts as 0 and is reported.
 INVALID_CODE = 0b10
@@ -34,8 +34,8 @@ class TernaryGateEngine(wiring.Component):
 
     ``line_bits // 2`` lanes of 2-bit codes (``00`` 0, ``01`` +1, ``11`` -1, ``10``
     invalid). Per lane, ``S + code`` saturates in ``[-limit, +limit]`` with
-    ``limit = min(max_workers, 2**counter_bits - 1)`` (``saturated`` reports it). An
-    invalid code adds 0 and raises ``invalid``. The readout is line ``beat`` of the readout
+    ``limit = min(max_workers, 2**counter_bits - 1)`` (``saturated`` reports it, a bit per
+    lane). An invalid code adds 0 and raises the lane's ``invalid`` bit. The readout is line ``beat`` of the readout
     of the incoming sums (a read never folds); every line holds lane ``t`` at bits ``2t``
     and ``2t + 1``, where its code arrives:
 
@@ -64,9 +64,10 @@ class TernaryGateEngine(wiring.Component):
         1: add the lane's code, 0: pass its sum through), ``gate_less_one`` (:func:`gate_less_one` of GATE),
         ``readout`` and ``beat`` (which line of it).
     o : ``Out(stream.Signature(...))``
-        ``sums`` (the slot after the fold), ``saturated``, ``invalid`` (a folded line held
-        an invalid code) and ``readout``: line ``beat`` of the readout; a beat past the
-        readout's last line reads 0.
+        ``sums`` (the slot after the fold), ``saturated`` and ``invalid`` (a bit per lane:
+        its code met a full sum, or was invalid) and ``readout``: line ``beat`` of the
+        readout; a beat past the readout's last line reads 0. ``gated`` is the ``GATED``
+        line of the incoming sums, whatever the readout and beat.
 
     Raises
     ------
@@ -92,9 +93,10 @@ class TernaryGateEngine(wiring.Component):
             }))),
             "o": Out(stream.Signature(data.StructLayout({
                 "sums": sums,
-                "saturated": unsigned(1),
-                "invalid": unsigned(1),
+                "saturated": unsigned(self.lanes),
+                "invalid": unsigned(self.lanes),
                 "readout": unsigned(self.line_bits),
+                "gated": unsigned(self.line_bits),
             }))),
         })
 
@@ -132,14 +134,23 @@ class TernaryGateEngine(wiring.Component):
                 positive[lane].eq(gated & ~sign),
                 p_out.sums[lane].eq(step(total, up=up[lane] & ~top, down=down[lane] & ~bottom)),
             ]
-        m.d.comb += [p_out.saturated.eq(saturated.any()), p_out.invalid.eq(invalid.any())]
+        m.d.comb += [p_out.saturated.eq(saturated), p_out.invalid.eq(invalid)]
 
         codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.lanes))
-        sum_lines = readout_lines(Readout.SUMS, counter_bits=self.counter_bits)
-        planes = bit_planes(p_in.sums, planes=sum_lines, lane_bits=2)
-        read_line(m, p_in, p_out, {
-            Readout.GATED: [codes],
-            Readout.SUMS: [planes[k * self.line_bits:(k + 1) * self.line_bits]
-                           for k in range(sum_lines)],
-        })
+        m.d.comb += p_out.gated.eq(codes)
+        read_line(m, p_in, p_out, ternary_gate_lines(p_out.gated, p_in.sums,
+                                                     counter_bits=self.counter_bits))
         return m
+
+
+def ternary_gate_lines(gated, sums, *, counter_bits):
+    """``{Readout: [line, ...]}`` of the G-Ternary readouts, from the ``GATED`` line and the
+    sums (an ``ArrayLayout`` view): the one place that says which line each beat of each
+    readout is."""
+    line_bits = len(Value.cast(gated))
+    sum_lines = readout_lines(Readout.SUMS, counter_bits=counter_bits)
+    planes = bit_planes(sums, planes=sum_lines, lane_bits=2)
+    return {
+        Readout.GATED: [gated],
+        Readout.SUMS: [planes[k * line_bits:(k + 1) * line_bits] for k in range(sum_lines)],
+    }

@@ -121,8 +121,8 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         got_counts = _lanes(out, "counts", o.layout, CW, L)
         assert np.array_equal(got_counts, want_counts), \
             f"vector {n}: folded counts differ at lanes {np.flatnonzero(got_counts != want_counts)[:8]}"
-        want_sat = int(bool(np.any(fold.astype(bool) & votes.astype(bool) & (counts == limit))))
-        assert o.layout.get(out, "saturated") == want_sat, f"vector {n}: saturated flag"
+        want_sat = gl.lanes_to_int(fold & votes & (counts == limit), lane_bits=1)
+        assert o.layout.get(out, "saturated") == want_sat, f"vector {n}: saturated lanes"
         lines = gbinary.readout(counts[None].astype(np.uint8), readout=readout,
                                 num_workers=num_workers, counter_bits=CW)
         want = _readout_line(lines, beat)
@@ -168,10 +168,10 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
         got_sums = _lanes(out, "sums", o.layout, CW + 1, lanes, signed=True)
         assert np.array_equal(got_sums, want_sums), \
             f"vector {n}: folded sums differ at lanes {np.flatnonzero(got_sums != want_sums)[:8]}"
-        assert o.layout.get(out, "saturated") == int(bool(np.any(np.abs(total) > limit))), \
-            f"vector {n}: saturated flag"
-        assert o.layout.get(out, "invalid") == int(bool(np.any(fold.astype(bool) & (codes == 2)))), \
-            f"vector {n}: invalid flag"
+        assert o.layout.get(out, "saturated") == gl.lanes_to_int(np.abs(total) > limit, lane_bits=1), \
+            f"vector {n}: saturated lanes"
+        assert o.layout.get(out, "invalid") == gl.lanes_to_int(fold & (codes == 2), lane_bits=1), \
+            f"vector {n}: invalid lanes"
         lines = gternary.readout(sums[None].astype(np.int8), readout=readout, gate=gate,
                                  counter_bits=CW)
         assert o.layout.get(out, "readout") == _readout_line(lines, beat), \

@@ -10,7 +10,8 @@ import sys
 import threading
 
 import pytest
-from amaranth.hdl import Cat, Module
+from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.lib import memory
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -18,7 +19,7 @@ from neuron_fabric.fpga import report as fpga_report
 from neuron_fabric.fpga.board import BoardHarness, pll_settings
 from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
-                                     utilization)
+                                     synthesize, utilization)
 from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
@@ -104,7 +105,7 @@ def test_port_registers_name_each_port_bit_by_its_field():
     assert wrapped.register_bits == sum(len(p) for p in wrapped.ports)
     # counts are 128 lanes of 3 bits, then votes, fold, num_workers, readout.
     assert wrapped.describe("dut.i__payload[119]") == "i.payload.counts[39][2]"
-    assert wrapped.describe("o__o__payload[384]") == "o.payload.saturated"
+    assert wrapped.describe("o__o__payload[384]") == "o.payload.saturated[0]"
     assert wrapped.describe("i__o__ready") == "o.ready"
     assert wrapped.describe("dut.s3_data[3]") == "dut.s3_data[3]"
 
@@ -130,6 +131,42 @@ class Counter(wiring.Component):
         with m.If(self.en):
             m.d.sync += self.count.eq(self.count + 1)
         return m
+
+
+class RegisteredRead(wiring.Component):
+    """A 36-bit block RAM whose read data is registered, with or without an enable."""
+
+    def __init__(self, *, enable):
+        self.enable = enable
+        super().__init__({"addr": In(9), "data": In(36), "we": In(1), "hold": In(1),
+                          "q": Out(36)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.ram = ram = memory.Memory(shape=unsigned(36), depth=512, init=[])
+        read, write = ram.read_port(), ram.write_port()
+        m.d.comb += [read.addr.eq(self.addr), write.addr.eq(self.addr),
+                     write.data.eq(self.data), write.en.eq(self.we)]
+        q = Signal(36, reset_less=True)
+        with m.If(~self.hold if self.enable else 1):
+            m.d.sync += q.eq(read.data)
+        m.d.comb += self.q.eq(q)
+        return m
+
+
+@pytest.mark.parametrize("enable", [False, True])
+def test_a_plain_register_behind_block_ram_moves_into_it(enable, tmp_path):
+    cells, _ = synthesize(RegisteredRead(enable=enable), module="ram", work=tmp_path)
+    netlist = json.loads((tmp_path / "synth.json").read_text())
+    top = next(m for m in netlist["modules"].values() if m.get("attributes", {}).get("top"))
+    brams = [c for c in top["cells"].values() if c["type"] == "DP16KD"]
+    assert len(brams) == 1
+    regmodes = {brams[0]["parameters"][f"REGMODE_{side}"] for side in "AB"}
+    if enable:   # a held register is not the block RAM's: it stays in the fabric
+        assert regmodes == {"NOREG"} and cells["ff"] >= 36
+    else:
+        assert regmodes == {"OUTREG"} and cells["ff"] == 0
+        assert {brams[0]["connections"][f"OCE{side}"][0] for side in "AB"} == {"1"}
 
 
 def test_gate_count_of_a_tiny_block(tmp_path):

@@ -25,7 +25,7 @@ def check_against_golden(engine, lines):
         counts, sat = gbinary.aggregate(lines[:k], max_workers=engine.max_workers,
                                         counter_bits=cb, return_saturated=True)
         prefix.append(counts)
-        saturated.append(sat.any(axis=1))
+        saturated.append(sat)
     majority = majority_value(workers, max_workers=engine.max_workers)
     every_lane = (1 << engine.line_bits) - 1
     inputs, expected = [], []
@@ -46,17 +46,17 @@ def check_against_golden(engine, lines):
                 want = L.line_to_int(golden[beat]) if beat < len(golden) else 0
                 expected.append((f"{readout.name} line {beat}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
-    line_saturated = np.zeros(n_lines, bool)
+    lane_saturated = np.zeros((n_lines, engine.line_bits), bool)
     for (what, j, k, want), got in zip(expected, outputs):
         if what == "fold":
             assert got["counts"] == want, f"line {j}, worker {k}: counts differ from golden"
-            line_saturated[j] |= bool(got["saturated"])
+            lane_saturated[j] |= L.int_to_lanes(got["saturated"], lane_bits=1, lanes=engine.line_bits) != 0
         else:
             assert got["readout"] == want, f"line {j}: {what} readout differs from golden"
             assert got["counts"] == L.lanes_to_int(prefix[-1][j], lane_bits=cb), \
                 f"line {j}: a read (fold=0) changed the counts"
-    np.testing.assert_array_equal(line_saturated, np.any(saturated, axis=0),
-                                  err_msg="saturated flags differ from golden")
+    np.testing.assert_array_equal(lane_saturated, np.any(saturated, axis=0),
+                                  err_msg="saturated lanes differ from golden")
 
 
 @pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
@@ -97,7 +97,7 @@ def test_saturation_is_reported_only_when_a_counter_would_overflow():
         dict(counts=full, votes=0, fold=(1 << 128) - 1, majority=0, readout=0, beat=0),
         dict(counts=full, votes=one_vote, fold=0, majority=0, readout=0, beat=0),
     ])
-    assert [o["saturated"] for o in out] == [1, 0, 0]
+    assert [o["saturated"] for o in out] == [1 << 7, 0, 0]
     assert all(o["counts"] == full for o in out)
 
 
@@ -111,11 +111,10 @@ def test_each_lane_folds_only_when_its_own_fold_bit_is_set():
         inputs.append(dict(counts=L.lanes_to_int(counts, lane_bits=2),
                            votes=L.lanes_to_int(votes, lane_bits=1),
                            fold=L.lanes_to_int(fold, lane_bits=1), majority=0, readout=0, beat=0))
-        expected.append((np.minimum(counts + fold * votes, 3),
-                         bool(np.any(fold & votes & (counts == 3)))))
+        expected.append((np.minimum(counts + fold * votes, 3), fold & votes & (counts == 3)))
     for (counts, saturated), got in zip(expected, evaluate_stage(engine, inputs)):
         assert got["counts"] == L.lanes_to_int(counts, lane_bits=2)
-        assert got["saturated"] == saturated
+        assert got["saturated"] == L.lanes_to_int(saturated, lane_bits=1)
 
 
 @pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [

@@ -26,8 +26,8 @@ def check_against_golden(engine, lines, gates):
         sums, flags = gternary.aggregate(lines[:k], max_workers=engine.max_workers,
                                          counter_bits=engine.counter_bits, return_flags=True)
         prefix.append(sums)
-        saturated.append(flags["saturated"].any(axis=1))
-    invalid = gternary.invalid_lanes(lines).any(axis=2)  # (workers, n_lines)
+        saturated.append(flags["saturated"])
+    invalid = gternary.invalid_lanes(lines)  # (workers, n_lines, lanes)
     inputs, expected = [], []
     for j in range(n_lines):
         for k in range(workers):
@@ -49,19 +49,20 @@ def check_against_golden(engine, lines, gates):
                     want = L.line_to_int(golden[beat]) if beat < len(golden) else 0
                     expected.append((f"{readout.name} line {beat} gate {gate}", j, None, want))
     outputs = evaluate_stage(engine, inputs)
-    line_saturated = np.zeros(n_lines, bool)
+    lane_saturated = np.zeros((n_lines, engine.lanes), bool)
     for (what, j, k, want), got in zip(expected, outputs):
         if what == "fold":
             assert got["sums"] == want, f"line {j}, worker {k}: sums differ from golden"
-            assert got["invalid"] == invalid[k, j], f"line {j}, worker {k}: invalid flag"
-            line_saturated[j] |= bool(got["saturated"])
+            assert got["invalid"] == L.lanes_to_int(invalid[k, j], lane_bits=1), \
+                f"line {j}, worker {k}: invalid lanes"
+            lane_saturated[j] |= L.int_to_lanes(got["saturated"], lane_bits=1, lanes=engine.lanes) != 0
         else:
             assert got["readout"] == want, f"line {j}: {what} readout differs from golden"
             assert got["sums"] == L.lanes_to_int(prefix[-1][j], lane_bits=width), \
                 f"line {j}: a read (fold=0) changed the sums"
             assert not got["invalid"] and not got["saturated"], f"line {j}: a read raised a flag"
-    np.testing.assert_array_equal(line_saturated, np.any(saturated, axis=0),
-                                  err_msg="saturated flags differ from golden")
+    np.testing.assert_array_equal(lane_saturated, np.any(saturated, axis=0),
+                                  err_msg="saturated lanes differ from golden")
 
 
 @pytest.mark.parametrize("workload", ["digits_cnn", "char_lm"])
@@ -110,11 +111,11 @@ def test_each_lane_folds_only_when_its_own_fold_bit_is_set():
                            fold=L.lanes_to_int(fold, lane_bits=1), gate_less_one=0, readout=3,
                            beat=0))
         total = sums + fold * value_of[codes]
-        expected.append((np.clip(total, -3, 3), bool(np.any(np.abs(total) > 3)),
-                         bool(np.any(fold & (codes == 2)))))
+        expected.append((np.clip(total, -3, 3), np.abs(total) > 3, fold & (codes == 2)))
     for (sums, saturated, invalid), got in zip(expected, evaluate_stage(engine, inputs)):
         assert got["sums"] == L.lanes_to_int(sums, lane_bits=3)
-        assert (got["saturated"], got["invalid"]) == (saturated, invalid)
+        assert got["saturated"] == L.lanes_to_int(saturated, lane_bits=1)
+        assert got["invalid"] == L.lanes_to_int(invalid, lane_bits=1)
 
 
 @pytest.mark.parametrize("line_bits,max_workers,counter_bits,seed", [
