@@ -25,7 +25,8 @@ help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
 	@echo "make test          set up, then run the test suite (slow tests deselected)"
 	@echo "make test-all      the test suite including the slow marker"
-	@echo "make verilog       Verilog, manifest and register reference under $(BUILD)/verilog/"
+	@echo "make verilog       Verilog with its file list (.f) and Verilator config (.vlt), manifest and"
+	@echo "                   register reference under $(BUILD)/verilog/<name>/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
 	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/)"
@@ -129,7 +130,8 @@ train-check: $(BUILD)/train/report.json
 $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
 	$(PY) -m neuron_fabric.golden.train_check --out $(BUILD)/train
 
-# Verilog of every block and the top, checked with Icarus and Verilator's lint.
+# Verilog of every block and the top, the top's file list and Verilator configuration (its
+# only lint waivers), checked with Icarus and Verilator's -Wall lint.
 PRESET   ?= default
 GEN_ARGS ?=
 verilog: venv iverilog verilator yowasp

@@ -1,9 +1,10 @@
 """``python -m neuron_fabric.gen``: Verilog, manifest and register reference for a parameter set.
 
 Writes ``<out>/<name>/`` where ``<name>`` carries the parameters (``l512_w16_c5_d64_n2``):
-one Verilog file per block (the controller top holds all of them), ``manifest.json`` and
-``registers.md``. ``--check`` then elaborates every file with Icarus and lints it with
-Verilator.
+one Verilog file per block (the controller top holds all of them), the top's file list
+(``.f``) and Verilator configuration (``.vlt``), ``manifest.json`` and ``registers.md``.
+``--check`` then elaborates every file with Icarus and lints it with Verilator's ``-Wall``
+and the ``.vlt``, as a plain build and with public signals as under cocotb.
 """
 
 import argparse
@@ -13,7 +14,7 @@ import sys
 import time
 
 from ..golden.params import PRESETS
-from .check import LINT_WAIVERS, CheckError, icarus_compile, verilator_lint
+from .check import CheckError, icarus_compile, verilator_lint
 from .verilog import MAX_READS, ToolError, generate
 
 
@@ -30,7 +31,9 @@ def _parser():
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/verilog"),
                         help="output folder; files go to OUT/<name>/ (default: %(default)s)")
     parser.add_argument("--check", action="store_true",
-                        help="compile every file with Icarus and lint it with Verilator")
+                        help="compile every file with Icarus and lint it with Verilator "
+                             "(-Wall and the generated .vlt, with and without public "
+                             "signals)")
     return parser
 
 
@@ -56,15 +59,17 @@ def main(argv=None):
     for block in manifest["blocks"].values():
         path = out / block["file"]
         print(f"gen:   {path}  {path.stat().st_size:>10,} bytes")
-    for name in ("manifest.json", "registers.md"):
+    for name in (manifest["file_list"], manifest["verilator_config"], "manifest.json",
+                 "registers.md"):
         print(f"gen:   {out / name}  {(out / name).stat().st_size:>10,} bytes")
     if args.check:
-        print(f"gen: checking with Icarus and Verilator --lint-only "
-              f"(waived: {', '.join(LINT_WAIVERS)})")
+        config = out / manifest["verilator_config"]
+        print(f"gen: checking with Icarus and Verilator --lint-only -Wall {config} "
+              f"(with and without --public-flat-rw)")
         try:
             for block in manifest["blocks"].values():
                 icarus_compile(out / block["file"], module=block["module"])
-                verilator_lint(out / block["file"], module=block["module"])
+                verilator_lint(out / block["file"], module=block["module"], config=config)
                 print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
         except (CheckError, RuntimeError) as error:
             print(f"gen: {error}", file=sys.stderr)

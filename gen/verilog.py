@@ -2,10 +2,13 @@
 
 Each block is converted on its own (and the controller top with its blocks inside it):
 Amaranth writes RTLIL without source locations; Yosys turns processes into plain logic,
-drops alias wires and writes Verilog without attributes. Module names carry the
-parameters (``nfabric_l512_w16_c5_d64_n2``), its submodules' names theirs after two
-underscores at each level (``nfabric_l512_..._n2__tile_0__g0_fold_sign_count``).
-The same inputs give byte-identical files, whatever the folder.
+drops alias wires, gives the operands of comparisons, sums and differences one width and
+writes Verilog whose only attributes are the design's own (``keep``). Module names carry the parameters
+(``nfabric_l512_w16_c5_d64_n2``), its submodules' names theirs after two underscores at
+each level (``nfabric_l512_..._n2__tile_0__g0_fold_sign_count``). Beside the Verilog go
+what another flow needs to take it in: a file list (``.f``) and a Verilator configuration
+(``.vlt``) holding the only lint waivers the files need. The same inputs give
+byte-identical files, whatever the folder.
 """
 
 import dataclasses
@@ -20,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 
 from amaranth.back import rtlil
 from amaranth.lib import data, wiring
@@ -35,7 +39,7 @@ from ..hw.sign_count import SignCountEngine
 from ..hw.ternary_gate import TernaryGateEngine
 
 __all__ = ["Block", "blocks", "lane_tile_tag", "yosys_binary", "to_verilog", "generate",
-           "MANIFEST_VERSION"]
+           "file_list", "verilator_config", "LINT_WAIVERS", "MANIFEST_VERSION"]
 
 MANIFEST_VERSION = 1
 #: Memory reads in flight on the FP32 path in generated tops.
@@ -93,6 +97,107 @@ def yosys_binary():
                     "(`make venv`)")
 
 
+#: A Yosys technology map that gives both operands of a comparison, and of a sum or a
+#: difference, the width of the operation, and writes a wide ``!x`` as ``x == 0``.
+#: Amaranth writes a constant operand at its own width (``x == 3'h4`` on a 4-bit ``x``),
+#: and ``proc`` turns ``x == 0`` into a logical not; Verilog extends and reduces them as
+#: intended, but Verilator warns about each one (WIDTHEXPAND, WIDTHTRUNC). Operands are
+#: sign-extended when both are signed, as the cell itself would; a cell whose widths
+#: already agree is left alone.
+WIDEN_MAP = r"""
+(* techmap_celltype = "$eq $ne $lt $le $gt $ge $add $sub" *)
+module _nfabric_widen (A, B, Y);
+  parameter A_SIGNED = 0;
+  parameter B_SIGNED = 0;
+  parameter A_WIDTH = 1;
+  parameter B_WIDTH = 1;
+  parameter Y_WIDTH = 1;
+  parameter _TECHMAP_CELLTYPE_ = "";
+  localparam ARITH = _TECHMAP_CELLTYPE_ == "$add" || _TECHMAP_CELLTYPE_ == "$sub";
+  localparam AB = A_WIDTH > B_WIDTH ? A_WIDTH : B_WIDTH;
+  localparam W = ARITH && Y_WIDTH > AB ? Y_WIDTH : AB;
+  localparam YW = ARITH ? W : Y_WIDTH;
+  localparam S = A_SIGNED && B_SIGNED;
+  (* force_downto *) input [A_WIDTH-1:0] A;
+  (* force_downto *) input [B_WIDTH-1:0] B;
+  (* force_downto *) output [Y_WIDTH-1:0] Y;
+  wire _TECHMAP_FAIL_ = A_WIDTH == W && B_WIDTH == W && YW == Y_WIDTH;
+  (* force_downto *) wire [W-1:0] a, b;
+  (* force_downto *) wire [YW-1:0] y;
+  generate
+    if (S) begin
+      assign a = $signed(A);
+      assign b = $signed(B);
+    end else begin
+      assign a = A;
+      assign b = B;
+    end
+    if (_TECHMAP_CELLTYPE_ == "$eq")
+      \$eq #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$ne")
+      \$ne #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$lt")
+      \$lt #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$le")
+      \$le #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$gt")
+      \$gt #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$ge")
+      \$ge #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else if (_TECHMAP_CELLTYPE_ == "$add")
+      \$add #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+    else
+      \$sub #(.A_SIGNED(S), .B_SIGNED(S), .A_WIDTH(W), .B_WIDTH(W), .Y_WIDTH(YW))
+        _TECHMAP_REPLACE_ (.A(a), .B(b), .Y(y));
+  endgenerate
+  assign Y = y;
+endmodule
+
+(* techmap_celltype = "$logic_not" *)
+module _nfabric_widen_not (A, Y);
+  parameter A_SIGNED = 0;
+  parameter A_WIDTH = 1;
+  parameter Y_WIDTH = 1;
+  (* force_downto *) input [A_WIDTH-1:0] A;
+  (* force_downto *) output [Y_WIDTH-1:0] Y;
+  wire _TECHMAP_FAIL_ = A_WIDTH == 1;
+  \$eq #(.A_SIGNED(0), .B_SIGNED(0), .A_WIDTH(A_WIDTH), .B_WIDTH(A_WIDTH), .Y_WIDTH(Y_WIDTH))
+    _TECHMAP_REPLACE_ (.A(A), .B({A_WIDTH{1'b0}}), .Y(Y));
+endmodule
+"""
+
+#: What Yosys runs on Amaranth's RTLIL, in order, each step with its reason.
+YOSYS_SCRIPT = (
+    "read_rtlil design.il",
+    # Processes into plain logic: Icarus can leave an `always @*` output at X.
+    "proc",
+    # Drop the alias wires Amaranth names for every field and lane, which halves Icarus's
+    # work per input change. (Splitting the vectors into single nets is 70x faster still
+    # in Icarus, but Verilator cannot parse or hold the result for the 512-bit top.)
+    "opt_clean -purge",
+    # Operands at the width of their operation (WIDEN_MAP).
+    "techmap -map widen.v",
+    "opt_clean -purge",
+    # Only the design's own attributes reach the Verilog: not the ones the flow adds.
+    "setattr -unset src -unset force_downto -unset full_case",
+    "setattr -mod -unset generator -unset top",
+    # A register's `keep` goes on its `always` too: Yosys reading the Verilog back merges
+    # identical flip-flops unless the process carries it (the wire's alone is not enough),
+    # which would undo the copies that cut a control word's fan-out.
+    "setattr -set keep 1 a:keep %ci1:+$dff[Q] t:$dff %i",
+    # A parallel multiplexer as a `case` of one-hot patterns with an X default, instead of
+    # an overlapping `casez` (Verilator's CASEOVERLAP) marked `parallel_case`.
+    "write_verilog -noparallelcase design.v",
+)
+
+
 def to_verilog(component, *, module):
     """Verilog of ``component`` as module ``module`` (submodules ``<module>__<name>``, theirs
     ``<module>__<name>__<name>``)."""
@@ -102,15 +207,10 @@ def to_verilog(component, *, module):
                   lambda match: f"\\{module}__{match.group(1).replace('.', '__')}", text)
     with tempfile.TemporaryDirectory(prefix="nfabric-gen-") as work:
         pathlib.Path(work, "design.il").write_text(text, encoding="utf-8")
-        # YoWASP tools see relative paths only: run in the folder. `proc` turns processes
-        # into plain logic (Icarus can leave `always @*` outputs at X). `-purge` drops the
-        # alias wires Amaranth names for every field and lane, which halves Icarus's work
-        # per input change. (Splitting the vectors into single nets is 70x faster still in
-        # Icarus, but Verilator cannot parse or hold the result for the 512-bit top.)
-        result = subprocess.run(
-            [yosys_binary(), "-q", "-p",
-             "read_rtlil design.il; proc; opt_clean -purge; write_verilog -noattr design.v"],
-            cwd=work, capture_output=True, text=True)
+        pathlib.Path(work, "widen.v").write_text(WIDEN_MAP, encoding="utf-8")
+        # YoWASP tools see relative paths only: run in the folder.
+        result = subprocess.run([yosys_binary(), "-q", "-p", "; ".join(YOSYS_SCRIPT)],
+                                cwd=work, capture_output=True, text=True)
         if result.returncode:
             raise ToolError(f"yosys failed on {module}:\n{result.stderr or result.stdout}")
         return pathlib.Path(work, "design.v").read_text(encoding="utf-8")
@@ -162,8 +262,53 @@ def tool_versions():
     return versions
 
 
+#: Verilator warnings the generated files raise, each with the reason it is waived rather
+#: than removed. Of Verilator's default warnings only UNOPTFLAT is left (the Yosys script
+#: removes the causes of WIDTHEXPAND, WIDTHTRUNC and CASEOVERLAP): on some vectors of a
+#: plain build, on more once every signal is public, as cocotb builds a design. The others
+#: are what ``-Wall`` adds.
+LINT_WAIVERS = {
+    "UNOPTFLAT": "a block's output vector also feeds other bits of itself (Yosys names a "
+                 "signal after the output port that carries it); no bit depends on itself, "
+                 "only the vector as a whole looks circular.",
+    "DECLFILENAME": "a file holds a block and every module under it (<block>__<name>); only "
+                    "the block's module is named after the file.",
+    "PROCASSINIT": "a register declares its power-up value (its initial value in Amaranth, "
+                   "which an FPGA loads) and is assigned in an always block.",
+    "UNUSEDSIGNAL": "Yosys writes the logic as vectors of single-bit functions; an "
+                    "intermediate vector or a port of which some bits are not read is "
+                    "expected, not a lost result.",
+}
+
+
+def file_list(top, files):
+    """Text of the file list (``.f``) for ``top``: ``files`` in dependency order, one a line,
+    relative to the list's own folder (Verilator's ``-F``; Icarus's ``-c`` from that folder)."""
+    return "".join([f"// The Verilog of {top}, in dependency order; names are relative to this "
+                    f"file's folder.\n", *(f"{name}\n" for name in files)])
+
+
+def verilator_config(top, files):
+    """Text of the Verilator configuration (``.vlt``) for ``top``: each of
+    :data:`LINT_WAIVERS`, limited to ``files``, with its reason."""
+    lines = ["`verilator_config",
+             f"// Lint waivers for the Verilog of {top}, limited to its files.",
+             # (A comment that starts with "verilator" would be read as a directive.)
+             "// Each waiver with its reason. UNOPTFLAT is the only one of the default",
+             "// warnings (more of it with public signals, as cocotb builds); -Wall adds the",
+             "// others.", ""]
+    for rule, reason in LINT_WAIVERS.items():
+        lines += textwrap.wrap(f"{rule}: {reason}", width=92, initial_indent="// ",
+                               subsequent_indent="//   ")
+        # A leading `*` matches the file whatever folder the user names it from.
+        lines += [f'lint_off -rule {rule} -file "*{name}"' for name in files]
+        lines.append("")
+    return "\n".join(lines)
+
+
 def generate(params, out_dir, *, max_reads=MAX_READS, log=print):
-    """Write every block's Verilog, ``registers.md`` and ``manifest.json`` under ``out_dir``.
+    """Write every block's Verilog, the top's file list and Verilator configuration,
+    ``registers.md`` and ``manifest.json`` under ``out_dir``.
 
     Returns the manifest (a dict). Files are written only when their content changed.
     """
@@ -199,7 +344,14 @@ def generate(params, out_dir, *, max_reads=MAX_READS, log=print):
             "payloads": payload_layouts(block.component),
             "sha256": hashlib.sha256(verilog.encode()).hexdigest(),
         }
-    manifest["top"] = manifest["blocks"]["controller"]["module"]
+    top = manifest["top"] = manifest["blocks"]["controller"]["module"]
+    verilog_files = [block["file"] for block in manifest["blocks"].values()]
+    # The top's file holds every module under it; the block files are standalone copies of
+    # the blocks, each its own top, and not part of it.
+    manifest["file_list"] = f"{top}.f"
+    files[manifest["file_list"]] = file_list(top, [manifest["blocks"]["controller"]["file"]])
+    manifest["verilator_config"] = f"{top}.vlt"
+    files[manifest["verilator_config"]] = verilator_config(top, sorted(verilog_files))
     files["registers.md"] = regmap.to_markdown()
     files["manifest.json"] = json.dumps(manifest, indent=2, sort_keys=True) + "\n"
     for name, text in files.items():

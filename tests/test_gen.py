@@ -1,7 +1,9 @@
-"""Verilog generation: deterministic files, a manifest that matches the ports, clean checks."""
+"""Verilog generation: deterministic files, a manifest that matches the ports, clean checks,
+and Verilog that another flow takes in with the file list and Verilator configuration alone."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -9,10 +11,11 @@ import pytest
 from amaranth.hdl import Value
 from amaranth.lib import wiring
 
-from neuron_fabric.gen.check import icarus_compile, verilator_lint
-from neuron_fabric.gen.verilog import blocks, load_manifest
+from neuron_fabric.gen.check import LINT_MODES, icarus_compile, verilator_lint
+from neuron_fabric.gen.verilog import LINT_WAIVERS, blocks, load_manifest
 from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.golden.regmap import register_map
+from neuron_fabric.sim.toolchain import check_iverilog, default_verilator_root, verilator_env
 
 SMALL = PRESETS["small"]
 
@@ -42,7 +45,7 @@ def test_output_is_byte_identical_from_different_folders(generated):
     first, second = generated
     names = sorted(p.name for p in first.iterdir())
     assert names == sorted(p.name for p in second.iterdir())
-    assert len(names) == 9   # seven blocks, registers.md, manifest.json
+    assert len(names) == 11   # seven blocks, .f, .vlt, registers.md, manifest.json
     for name in names:
         assert (first / name).read_bytes() == (second / name).read_bytes(), name
     assert str(first) not in "".join((first / n).read_text() for n in names)
@@ -90,9 +93,10 @@ def test_register_reference_comes_from_the_register_map(generated):
 
 def test_every_file_compiles_with_icarus_and_lints_with_verilator(generated):
     manifest = load_manifest(generated[0])
+    config = generated[0] / manifest["verilator_config"]
     for block in manifest["blocks"].values():
         icarus_compile(generated[0] / block["file"], module=block["module"])
-        verilator_lint(generated[0] / block["file"], module=block["module"])
+        verilator_lint(generated[0] / block["file"], module=block["module"], config=config)
 
 
 def test_bad_parameters_exit_with_the_rule(tmp_path):
@@ -106,3 +110,157 @@ def test_bad_parameters_exit_with_the_rule(tmp_path):
 def test_manifest_is_valid_json_with_sorted_keys(generated):
     text = (generated[0] / "manifest.json").read_text()
     assert json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n" == text
+
+
+# ---------------------------------------------------------------------------------------------
+# The Verilog in another flow: Verilator and Icarus given the .f and .vlt files and nothing else
+# of the project's. A testbench built from the manifest's port names resets the top, reads two
+# registers and waits for `i_req.ready`, with no request sent and no output valid.
+
+
+def dropin_testbench(manifest):
+    """``(testbench, Verilator main, Icarus clock)``: Verilog and C++ texts around the top."""
+    top = manifest["blocks"]["controller"]
+    regmap = register_map(SMALL)
+    ident, workers = regmap["ID"], regmap["NUM_WORKERS"]
+    lines = ["module dropin_tb (input clk);"]
+    for port in top["ports"]:
+        name, vector = port["name"], f"[{port['width'] - 1}:0] " if port["width"] > 1 else ""
+        if name == "clk":
+            continue
+        if port["direction"] == "input":
+            start = "1'b1" if name in ("rst", "o_resp__ready", "o_mem__ready") else "0"
+            lines.append(f"  reg {vector}{name} = {start};")
+        else:
+            lines.append(f"  wire {vector}{name};")
+    connections = ", ".join(f".{port['name']}({port['name']})" for port in top["ports"])
+    addr = next(port["width"] for port in top["ports"] if port["name"] == "csr__addr")
+    lines += [
+        "  reg [15:0] cycle = 0;",
+        f"  {top['module']} dut ({connections});",
+        "  always @(posedge clk) begin",
+        "    cycle <= cycle + 16'd1;",
+        "    if (cycle == 16'd4) rst <= 1'b0;",
+        f"    if (cycle == 16'd12) begin csr__addr <= {addr}'d{ident.address}; "
+        f"csr__r_stb <= 1'b1; end",
+        f"    if (cycle == 16'd13) csr__addr <= {addr}'d{workers.address};",
+        "    if (cycle == 16'd14) csr__r_stb <= 1'b0;",
+        "    if (cycle > 16'd4 && (o_resp__valid !== 1'b0 || o_mem__valid !== 1'b0)) begin",
+        '      $display("dropin: FAIL: an output is valid with no request sent");',
+        "      $finish;",
+        f"    end else if (cycle == 16'd14 && csr__r_data !== 32'h{ident.reset:08x}) begin",
+        '      $display("dropin: FAIL: ID reads %h", csr__r_data);',
+        "      $finish;",
+        f"    end else if (cycle == 16'd15 && csr__r_data !== 32'h{workers.reset:08x}) begin",
+        '      $display("dropin: FAIL: NUM_WORKERS reads %h", csr__r_data);',
+        "      $finish;",
+        "    end else if (cycle > 16'd15 && i_req__ready === 1'b1) begin",
+        '      $display("dropin: ok after %0d cycles", cycle);',
+        "      $finish;",
+        "    end else if (cycle == 16'd1000) begin",
+        '      $display("dropin: FAIL: i_req is never ready");',
+        "      $finish;",
+        "    end",
+        "  end",
+        "endmodule",
+    ]
+    main = "\n".join([
+        '#include "verilated.h"',
+        '#include "Vdropin_tb.h"',
+        "",
+        "int main(int argc, char** argv) {",
+        "    VerilatedContext context;",
+        "    context.commandArgs(argc, argv);",
+        "    Vdropin_tb tb{&context};",
+        "    for (int edge = 0; edge < 2200 && !context.gotFinish(); ++edge) {",
+        "        tb.clk = edge & 1;",
+        "        tb.eval();",
+        "        context.timeInc(5);",
+        "    }",
+        "    tb.final();",
+        "    return context.gotFinish() ? 0 : 3;",
+        "}",
+    ]) + "\n"
+    clock = ("module dropin_clock;\n  reg clk = 1'b0;\n  always #5 clk = ~clk;\n"
+             "  dropin_tb tb (.clk(clk));\nendmodule\n")
+    return "\n".join(lines) + "\n", main, clock
+
+
+def run(args, *, cwd, env=None, timeout=600):
+    result = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True,
+                            timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+def dropin_files(folder):
+    manifest = load_manifest(folder)
+    return manifest, folder / manifest["file_list"], folder / manifest["verilator_config"]
+
+
+def test_manifest_names_the_file_list_and_the_verilator_config(generated):
+    manifest, file_list, config = dropin_files(generated[0])
+    top = manifest["top"]
+    assert (file_list.name, config.name) == (f"{top}.f", f"{top}.vlt")
+    names = [line for line in file_list.read_text().splitlines() if not line.startswith("//")]
+    assert names == [manifest["blocks"]["controller"]["file"]]
+    text = config.read_text()
+    assert text.startswith("`verilator_config\n")
+    for rule in LINT_WAIVERS:
+        assert f"// {rule}: " in text   # each rule with its reason
+        for block in manifest["blocks"].values():
+            assert f'lint_off -rule {rule} -file "*{block["file"]}"' in text
+    assert len(re.findall(r"^lint_off ", text, re.MULTILINE)) == (len(manifest["blocks"])
+                                                                   * len(LINT_WAIVERS))
+
+
+def test_verilator_builds_and_runs_the_top_from_the_file_list_and_config_alone(generated,
+                                                                               tmp_path):
+    manifest, file_list, config = dropin_files(generated[0])
+    testbench, main, _ = dropin_testbench(manifest)
+    (tmp_path / "dropin_tb.v").write_text(testbench)
+    (tmp_path / "dropin_main.cpp").write_text(main)
+    # Verilator's default warnings, each an error; nothing of the project's but the two files.
+    rc, log = run(["verilator", "--cc", "--exe", "--build", "-j", "2", "--Mdir", "obj",
+                   str(config), "-F", str(file_list), "dropin_tb.v", "dropin_main.cpp",
+                   "--top-module", "dropin_tb"],
+                  cwd=tmp_path, env=verilator_env(default_verilator_root()))
+    assert rc == 0, log[-4000:]
+    assert "%Warning" not in log
+    rc, log = run([str(tmp_path / "obj" / "Vdropin_tb")], cwd=tmp_path, timeout=60)
+    assert rc == 0 and "dropin: ok after" in log, log
+
+
+def test_icarus_elaborates_and_runs_the_top_from_the_file_list_alone(generated, tmp_path):
+    check_iverilog()
+    manifest, file_list, _ = dropin_files(generated[0])
+    testbench, _, clock = dropin_testbench(manifest)
+    (tmp_path / "dropin_tb.v").write_text(testbench)
+    (tmp_path / "dropin_clock.v").write_text(clock)
+    # Icarus reads the list's names from the current folder: the list's own.
+    rc, log = run(["iverilog", "-o", os.devnull, "-c", file_list.name], cwd=file_list.parent)
+    assert rc == 0, log
+    rc, log = run(["iverilog", "-o", str(tmp_path / "dropin.vvp"), "-c", file_list.name,
+                   str(tmp_path / "dropin_tb.v"), str(tmp_path / "dropin_clock.v")],
+                  cwd=file_list.parent)
+    assert rc == 0, log
+    rc, log = run(["vvp", "-n", str(tmp_path / "dropin.vvp")], cwd=tmp_path, timeout=120)
+    assert rc == 0 and "dropin: ok after" in log, log
+
+
+def test_the_verilator_config_holds_every_waiver_needed_and_no_other(generated, tmp_path):
+    _, file_list, config = dropin_files(generated[0])
+    planted = tmp_path / "no_waivers.vlt"   # the configuration without its waivers
+    planted.write_text("`verilator_config\n")
+
+    def lint(vlt, options):
+        return run(["verilator", "--lint-only", "-Wall", *options, str(vlt), "-F", str(file_list)],
+                   cwd=tmp_path, env=verilator_env(default_verilator_root()))
+
+    missed = set()
+    for mode, options in LINT_MODES.items():
+        rc, log = lint(config, options)
+        assert rc == 0 and "%Warning" not in log, f"{mode}: {log[-4000:]}"
+        rc, log = lint(planted, options)
+        assert rc != 0, mode
+        missed |= set(re.findall(r"^%Warning-(\w+):", log, re.MULTILINE))
+    assert missed == set(LINT_WAIVERS)
