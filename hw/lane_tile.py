@@ -196,7 +196,7 @@ class LaneTile(wiring.Component):
         # count: no buffer push, no flag. A row it writes is harmless, since the clearing
         # sweep that follows every reset rewrites each slot.
         settle = Signal(range(WRITE_STAGE - FOLD_WORD_STAGE + 2),
-                        init=WRITE_STAGE - FOLD_WORD_STAGE + 1)
+                        init=WRITE_STAGE - FOLD_WORD_STAGE + 1, attrs=KEEP)
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
         live = settle == 0
@@ -356,10 +356,12 @@ def _ring(m, name, *, width, depth, push, data, pop):
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)
 
-    produce = Signal(range(depth), name=f"{name}_produce")
-    consume = Signal(range(depth), name=f"{name}_consume")
-    consume_next = Signal(range(depth), name=f"{name}_consume_next", init=1 % depth)
-    popped = Signal(name=f"{name}_popped")
+    # Every tile's pointers have the same inputs: kept, so that synthesis leaves each tile
+    # its own rather than one set driving every tile's ring.
+    produce = Signal(range(depth), name=f"{name}_produce", attrs=KEEP)
+    consume = Signal(range(depth), name=f"{name}_consume", attrs=KEEP)
+    consume_next = Signal(range(depth), name=f"{name}_consume_next", init=1 % depth, attrs=KEEP)
+    popped = Signal(name=f"{name}_popped", attrs=KEEP)
     head = Mux(popped, consume_next, consume)
     m.d.sync += [popped.eq(pop), consume.eq(head), consume_next.eq(after(head))]
     with m.If(push):
