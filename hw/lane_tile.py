@@ -130,7 +130,8 @@ class LaneTile(wiring.Component):
         memory's data, chosen by a bit the tile keeps with each entry), a memory request's
         line.
     saturated, invalid : ``Out(1)``
-        Registered: a fold one cycle ago saturated a lane, or met an invalid code.
+        Registered: a fold three cycles ago saturated a lane, or met an invalid code (the
+        lanes' flags are registered, then ORed per group, then per tile).
 
     Raises
     ------
