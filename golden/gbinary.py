@@ -16,7 +16,7 @@ import collections
 import numpy as np
 
 from . import lines as _lines
-from ._validate import check_grad, check_int
+from ._validate import check_array, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, MAX_WORKERS_LIMIT, Readout, Route, check_counter_bits, check_max_workers,
                       check_readout, check_readout_lines, count_limit)
 
@@ -344,10 +344,7 @@ def readout_planes(planes, *, readout, num_workers):
     same counters, without a byte per lane: ``SIGN`` and ``TERNARY`` compare every counter
     with ``N // 2`` on the planes, 64 lanes an operation, and ``COUNTS`` is the planes.
     """
-    if not isinstance(planes, np.ndarray) or planes.dtype != np.uint8 or planes.ndim != 3:
-        got = (f"a {planes.ndim}-D {planes.dtype} array" if isinstance(planes, np.ndarray)
-               else type(planes).__name__)
-        raise TypeError(f"planes must be a 3-D numpy.ndarray of uint8, not {got}")
+    check_array(planes, name="planes", dtype=np.uint8, ndim=3)
     readout = _check_readout(readout)
     n_slots, counter_bits, nbytes = planes.shape
     line_bits = _lines.check_line_bits(8 * nbytes)

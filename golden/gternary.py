@@ -18,7 +18,7 @@ import numpy as np
 
 from . import gbinary
 from . import lines as _lines
-from ._validate import check_generator, check_grad, check_int
+from ._validate import check_array, check_generator, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, Readout, Route, check_counter_bits, count_limit, check_max_workers, check_readout,
                       check_readout_lines, readout_lines_per_slot, sum_limit)
 
@@ -492,10 +492,7 @@ def readout_planes(planes, *, readout, gate):
     gives for the same sums, without a byte per lane: ``GATED`` compares every sum with
     ``+-gate`` on the planes, 32 lanes an operation, and ``SUMS`` is the lines themselves.
     """
-    if not isinstance(planes, np.ndarray) or planes.dtype != np.uint8 or planes.ndim != 3:
-        got = (f"a {planes.ndim}-D {planes.dtype} array" if isinstance(planes, np.ndarray)
-               else type(planes).__name__)
-        raise TypeError(f"planes must be a 3-D numpy.ndarray of uint8, not {got}")
+    check_array(planes, name="planes", dtype=np.uint8, ndim=3)
     readout = _check_readout(readout)
     n_slots, per_slot, nbytes = planes.shape
     _lines.check_line_bits(8 * nbytes)
