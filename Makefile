@@ -17,7 +17,7 @@ export ECPPACK      := $(abspath $(VENV))/bin/yowasp-ecppack
 export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 
 # The capture depends on the workloads, the roles and the file format, nothing else.
-TRACE_SOURCES := golden/workloads.py golden/roles.py golden/traces.py
+TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
 .PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check clean distclean help
 
@@ -87,11 +87,11 @@ $(TOOLS)/.yowasp-warm: $(VENV)/.installed
 traces: $(BUILD)/traces/.captured
 
 $(BUILD)/traces/.captured: $(VENV)/.installed $(TRACE_SOURCES)
-	$(PY) -m neuron_fabric.golden.traces capture --out $(BUILD)/traces
+	$(PY) -m neuron_fabric.experiments.traces capture --out $(BUILD)/traces
 	@touch $@
 
 bench-golden: venv
-	$(PY) -m neuron_fabric.golden.bench --out $(BUILD)/bench
+	$(PY) -m neuron_fabric.experiments.bench --out $(BUILD)/bench
 
 # The emitted Verilog under cocotb on Icarus and Verilator, checked against the golden model
 # with real gradient traces; summary in $(BUILD)/sim/summary.md. WAVES=1 records waves.
@@ -117,18 +117,17 @@ fpga-sweep: venv yowasp
 
 # The write-combining accumulator's traffic saving on the real traces and the seed's phases.
 combiner-eval: traces
-	$(PY) -m neuron_fabric.golden.combiner_eval --traces $(BUILD)/traces --out $(BUILD)/combiner
+	$(PY) -m neuron_fabric.experiments.combiner_eval --traces $(BUILD)/traces --out $(BUILD)/combiner
 
 # DDP training checks: 4 gloo workers on the CPU, FP32 against static low-bit and the runtime
 # policy (about 10 minutes on 2 cores). Re-run only when the code it depends on changes.
-TRAIN_SOURCES := golden/hooks.py golden/runtime.py golden/train_check.py \
-                 $(wildcard golden/profiles/*.toml) golden/gbinary.py golden/gternary.py \
-                 golden/lines.py golden/formats.py golden/params.py golden/workloads.py golden/roles.py
+TRAIN_SOURCES := $(wildcard host/*.py host/profiles/*.toml) experiments/train_check.py \
+                 experiments/workloads.py $(wildcard golden/*.py)
 
 train-check: $(BUILD)/train/report.json
 
 $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
-	$(PY) -m neuron_fabric.golden.train_check --out $(BUILD)/train
+	$(PY) -m neuron_fabric.experiments.train_check --out $(BUILD)/train
 
 # Verilog of every block and the top, the top's file list and Verilator configuration (its
 # only lint waivers), checked with Icarus and Verilator's -Wall lint.

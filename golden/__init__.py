@@ -1,4 +1,4 @@
-"""The bit-exact golden model: NumPy functions the hardware is checked against.
+"""The bit-exact golden model: the reference the hardware is checked against.
 
 Modules:
 
@@ -7,23 +7,22 @@ Modules:
 - :mod:`.gbinary`, :mod:`.gternary`, :mod:`.fp32`: encoding, aggregation and readouts;
 - :mod:`.params`: the generator's parameter set; :mod:`.regmap`: the CSR register map;
 - :mod:`.controller`: the transaction-level model of the controller top;
-- :mod:`.traces`: real gradient traces (capture needs PyTorch, loading does not);
-- :mod:`.runtime`: operating profiles, bindings, health monitor, reducer-capacity check;
 - :mod:`.combiner`: the write-combining accumulator's exact write sequence;
-- :mod:`.hooks`, :mod:`.train_check`: DDP communication hooks and the training checks
-  (need PyTorch, so they are imported on demand).
+- :mod:`.validate`: the checks every public function applies to its arguments.
 
-Nothing here imports Amaranth or cocotb, and PyTorch only where a function needs it.
+The package imports NumPy and the standard library only. The host runtime and the DDP hooks
+are in :mod:`neuron_fabric.host`; workloads, traces and the training checks in
+:mod:`neuron_fabric.experiments`.
 """
 
-from . import combiner, controller, formats, fp32, gbinary, gternary, lines, params, regmap, runtime
+from . import combiner, controller, formats, fp32, gbinary, gternary, lines, params, regmap, validate
 from .controller import ControllerModel, LineMemory, Op, Request, Response, Status
 from .formats import Readout, Route
 from .params import FabricParams
 
 __all__ = [
     "combiner", "controller", "formats", "fp32", "gbinary", "gternary", "lines", "params",
-    "regmap", "runtime",
+    "regmap", "validate",
     "ControllerModel", "LineMemory", "Op", "Request", "Response", "Status",
     "Readout", "Route", "FabricParams",
 ]

@@ -52,7 +52,7 @@ import enum
 
 import numpy as np
 
-from ._validate import check_int
+from .validate import check_int
 
 __all__ = ["Cause", "CombinerParams", "Combiner", "CombinerResult", "run", "check_sums"]
 

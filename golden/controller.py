@@ -34,7 +34,7 @@ import numpy as np
 
 from . import gbinary, gternary
 from . import lines as _lines
-from ._validate import check_int
+from .validate import check_int
 from .formats import READOUTS_BY_ROUTE, Readout, Route, count_limit, sum_limit
 from .params import ADDR_BITS, FabricParams
 from .regmap import COUNTERS, ERROR_FLAGS, Access, register_map, window_register

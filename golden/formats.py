@@ -6,7 +6,7 @@ hardware all derive lane counts, counter widths and readout sizes from one defin
 
 import enum
 
-from ._validate import check_int
+from .validate import check_int
 
 __all__ = [
     "MAX_WORKERS_LIMIT",

@@ -16,7 +16,7 @@ import collections
 import numpy as np
 
 from . import lines as _lines
-from ._validate import check_array, check_grad, check_int
+from .validate import check_array, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, MAX_WORKERS_LIMIT, Readout, Route, check_counter_bits, check_max_workers,
                       check_readout, check_readout_lines, count_limit)
 

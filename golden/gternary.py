@@ -18,7 +18,7 @@ import numpy as np
 
 from . import gbinary
 from . import lines as _lines
-from ._validate import check_array, check_generator, check_grad, check_int
+from .validate import check_array, check_generator, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, Readout, Route, check_counter_bits, count_limit, check_max_workers, check_readout,
                       check_readout_lines, readout_lines_per_slot, sum_limit)
 

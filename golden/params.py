@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from ._validate import check_int
+from .validate import check_int
 from .formats import check_counter_bits, check_max_workers, count_limit
 from .lines import check_line_bits
 

@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Module, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden._validate import check_int
+from ..golden.validate import check_int
 from ..golden.params import FabricParams
 from .control_plane import ControlPlane
 from .lane_tile import WRITE_STAGE, LaneTile

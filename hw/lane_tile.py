@@ -13,7 +13,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden._validate import check_int
+from ..golden.validate import check_int
 from ..golden.formats import Route, check_counter_bits
 from .lane_logic import readout_terms, select_line
 from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout

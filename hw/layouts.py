@@ -10,7 +10,7 @@ from amaranth.hdl import C, Cat, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden._validate import check_int
+from ..golden.validate import check_int
 from ..golden.formats import (READOUTS_BY_ROUTE, Readout, Route, check_max_workers,
                               readout_lines_per_slot)
 from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE

@@ -4,7 +4,7 @@ from amaranth.hdl import Module, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden._validate import check_int
+from ..golden.validate import check_int
 from ..golden.lines import check_line_bits
 from .layouts import mem_request_layout
 

@@ -2,7 +2,9 @@
 
 The subpackages are the repository's top-level folders:
 
-- :mod:`neuron_fabric.golden`: the bit-exact NumPy reference model (imports no HDL tools);
+- :mod:`neuron_fabric.golden`: the bit-exact reference model (NumPy only);
+- :mod:`neuron_fabric.host`: the host runtime and the DDP communication hooks;
+- :mod:`neuron_fabric.experiments`: workloads, traces, training checks and benchmarks;
 - :mod:`neuron_fabric.hw`: Amaranth hardware blocks;
 - :mod:`neuron_fabric.gen`: Verilog generation;
 - :mod:`neuron_fabric.sim`: cocotb testbenches for the emitted Verilog;

@@ -15,7 +15,7 @@ SMALL_TRACES = {
 def traces(tmp_path_factory):
     """``{workload: Trace}``: gradients of 4 workers at 3 steps of short real training runs
     (seed 0), captured once per session."""
-    from neuron_fabric.golden import traces as traces_module
+    from neuron_fabric.experiments import traces as traces_module
 
     out = tmp_path_factory.mktemp("traces")
     return {workload: traces_module.load(traces_module.capture(workload, out, workers=4,

@@ -275,7 +275,7 @@ def test_run_refuses_bad_streams():
 # ----------------------------------------------------------------------------- evaluation
 
 def test_seed_stream_has_the_six_phases_and_the_reported_size():
-    from neuron_fabric.golden import combiner_eval
+    from neuron_fabric.experiments import combiner_eval
 
     addr, value, phase = combiner_eval.seed_stream()
     assert addr.size == value.size == combiner_eval.SEED_REPORTED["updates"] == 1448
@@ -292,7 +292,7 @@ def test_seed_stream_has_the_six_phases_and_the_reported_size():
 
 
 def test_quantization_shares_one_scale_per_parameter_across_workers():
-    from neuron_fabric.golden import combiner_eval
+    from neuron_fabric.experiments import combiner_eval
 
     grads = np.array([[0.5, -1.0, 0.0005, 0.0], [0.25, 0.5, -0.002, 0.0]], dtype=np.float32)
     q = combiner_eval.quantize(grads, bounds=[0, 2, 4], value_width=8)
@@ -304,7 +304,7 @@ def test_quantization_shares_one_scale_per_parameter_across_workers():
 
 @pytest.mark.parametrize("order", ["lockstep", "random", "worker-major"])
 def test_worker_orders_keep_every_update_once(order):
-    from neuron_fabric.golden import combiner_eval
+    from neuron_fabric.experiments import combiner_eval
 
     q = np.arange(3 * 70).reshape(3, 70)
     addr, value = combiner_eval.trace_stream(q, chunk=32, order=order,
@@ -321,7 +321,7 @@ def test_worker_orders_keep_every_update_once(order):
 
 
 def test_evaluation_says_what_it_needs_without_traces(tmp_path, capsys):
-    from neuron_fabric.golden import combiner_eval
+    from neuron_fabric.experiments import combiner_eval
 
     assert combiner_eval.main(["--traces", str(tmp_path / "none"),
                                "--out", str(tmp_path / "out")]) == 2
@@ -333,7 +333,7 @@ def test_evaluation_says_what_it_needs_without_traces(tmp_path, capsys):
 
 
 def test_evaluation_writes_its_report(traces, tmp_path, capsys, monkeypatch):
-    from neuron_fabric.golden import combiner_eval
+    from neuron_fabric.experiments import combiner_eval
 
     monkeypatch.setattr(combiner_eval, "QUICK_BUFFERS", ((8, 2), (32, 4)))
     monkeypatch.setattr(combiner_eval, "QUICK_THRESHOLDS", (None,))

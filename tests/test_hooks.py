@@ -14,9 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
-from neuron_fabric.golden import gbinary, gternary, hooks  # noqa: E402
+from neuron_fabric.golden import gbinary, gternary  # noqa: E402
+from neuron_fabric.host import hooks  # noqa: E402
 from neuron_fabric.golden.params import FabricParams  # noqa: E402
-from neuron_fabric.golden.runtime import (FP32, GBINARY, GTERNARY, CapacityError,  # noqa: E402
+from neuron_fabric.host.runtime import (FP32, GBINARY, GTERNARY, CapacityError,  # noqa: E402
                                           DeviceCaps, GBinaryOptions, GTernaryOptions)
 
 

@@ -1,4 +1,4 @@
-"""Parameters and the widths that follow from them (golden/params.py, formats.py, _validate.py).
+"""Parameters and the widths that follow from them (golden/params.py, formats.py, validate.py).
 
 Every validation message is checked in full: ``"<param> must be <rule>, not <value!r>"``.
 """
@@ -10,7 +10,7 @@ import re
 import numpy as np
 import pytest
 
-from neuron_fabric.golden import _validate, formats
+from neuron_fabric.golden import formats, validate
 from neuron_fabric.golden.formats import Readout, Route
 from neuron_fabric.golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE, PRESETS, FabricParams
 
@@ -252,49 +252,49 @@ def test_fabric_params_presets():
 # --------------------------------------------------------------------------- _validate
 
 def test_check_int_messages():
-    assert _validate.check_int("x", np.int16(3), low=0, high=5) == 3
-    assert type(_validate.check_int("x", np.int16(3))) is int
+    assert validate.check_int("x", np.int16(3), low=0, high=5) == 3
+    assert type(validate.check_int("x", np.int16(3))) is int
     with pytest.raises(ValueError, match=exact("x must be at least 2, not 1")):
-        _validate.check_int("x", 1, low=2)
+        validate.check_int("x", 1, low=2)
     with pytest.raises(ValueError, match=exact("x must be at most 2, not 3")):
-        _validate.check_int("x", 3, high=2)
+        validate.check_int("x", 3, high=2)
     with pytest.raises(ValueError, match=exact("x must be between 0 and 2, not -1")):
-        _validate.check_int("x", -1, low=0, high=2)
+        validate.check_int("x", -1, low=0, high=2)
     with pytest.raises(TypeError, match=exact("x must be an integer, not 1.5")):
-        _validate.check_int("x", 1.5)
+        validate.check_int("x", 1.5)
     with pytest.raises(TypeError, match=exact("x must be an integer, not np.True_")):
-        _validate.check_int("x", np.True_)
+        validate.check_int("x", np.True_)
 
 
 def test_check_array_messages():
     good = np.zeros((2, 3), dtype=np.uint8)
-    assert _validate.check_array(good, name="counts", dtype=np.uint8, ndim=2) is good
+    assert validate.check_array(good, name="counts", dtype=np.uint8, ndim=2) is good
     with pytest.raises(TypeError, match=exact("counts must be a 2-D numpy.ndarray of uint8, "
                                               "not a 2-D int64 array")):
-        _validate.check_array(good.astype(np.int64), name="counts", dtype=np.uint8, ndim=2)
+        validate.check_array(good.astype(np.int64), name="counts", dtype=np.uint8, ndim=2)
     with pytest.raises(TypeError, match=exact("counts must be a 2-D numpy.ndarray of uint8, "
                                               "not a 1-D uint8 array")):
-        _validate.check_array(good[0], name="counts", dtype=np.uint8, ndim=2)
+        validate.check_array(good[0], name="counts", dtype=np.uint8, ndim=2)
     with pytest.raises(TypeError, match=exact("counts must be a 2-D numpy.ndarray of uint8, not list")):
-        _validate.check_array([[0]], name="counts", dtype=np.uint8, ndim=2)
+        validate.check_array([[0]], name="counts", dtype=np.uint8, ndim=2)
 
 
 def test_check_grad_messages():
     with pytest.raises(TypeError, match=exact("grad must be a floating-point array, not dtype int32")):
-        _validate.check_grad(np.zeros(3, dtype=np.int32))
+        validate.check_grad(np.zeros(3, dtype=np.int32))
     grad = np.zeros((2, 3), dtype=np.float32)
     grad[1, 1] = np.nan
     with pytest.raises(ValueError, match=exact(
             "grad must not contain NaN (first at flat index 4); "
             "a NaN gradient is a fault for the health monitor, not a value to encode")):
-        _validate.check_grad(grad)
-    assert _validate.check_grad(np.zeros((2, 3))).shape == (6,)
+        validate.check_grad(grad)
+    assert validate.check_grad(np.zeros((2, 3))).shape == (6,)
 
 
 def test_check_generator_messages():
     rng = np.random.default_rng(0)
-    assert _validate.check_generator(rng) is rng
+    assert validate.check_generator(rng) is rng
     with pytest.raises(TypeError, match=exact(
             "rng must be a numpy.random.Generator (for example numpy.random.default_rng(seed)), "
             "not RandomState")):
-        _validate.check_generator(np.random.RandomState(0))
+        validate.check_generator(np.random.RandomState(0))

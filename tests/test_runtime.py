@@ -6,10 +6,10 @@ import math
 
 import pytest
 
-from neuron_fabric.golden import roles, runtime
+from neuron_fabric.host import roles, runtime
 from neuron_fabric.golden.params import FabricParams
 from neuron_fabric.golden.regmap import register_map
-from neuron_fabric.golden.runtime import (FP32, GBINARY, GTERNARY, CapacityError, DeviceCaps,
+from neuron_fabric.host.runtime import (FP32, GBINARY, GTERNARY, CapacityError, DeviceCaps,
                                           HealthMonitor, HealthOptions, RegionStats,
                                           RuntimePolicy, check_capacity, load_profile)
 

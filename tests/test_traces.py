@@ -12,13 +12,13 @@ import sysconfig
 import numpy as np
 import pytest
 
-from neuron_fabric.golden import roles
-from neuron_fabric.golden import traces as traces_api   # `traces` is the fixture
+from neuron_fabric.host import roles
+from neuron_fabric.experiments import traces as traces_api   # `traces` is the fixture
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 nn = torch.nn
-workloads = pytest.importorskip("neuron_fabric.golden.workloads")
+workloads = pytest.importorskip("neuron_fabric.experiments.workloads")
 
 
 def _capture_and_load(workload, out, options):
@@ -337,7 +337,7 @@ def test_loading_needs_neither_torch_nor_sklearn(traces):
     path = traces["char_lm"].path
     script = (
         "import sys\n"
-        "from neuron_fabric.golden import traces\n"
+        "from neuron_fabric.experiments import traces\n"
         f"t = traces.load({str(path)!r})\n"
         "b = t.bucket(len(t.steps) - 1, t.workers - 1, roles=('backbone',))\n"
         "print(b.size, sorted(m for m in ('torch', 'sklearn') if m in sys.modules))\n")

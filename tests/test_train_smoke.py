@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("sklearn")
 
-from neuron_fabric.golden import train_check  # noqa: E402
+from neuron_fabric.experiments import train_check  # noqa: E402
 from neuron_fabric.golden.params import FabricParams  # noqa: E402
-from neuron_fabric.golden.train_check import Arm  # noqa: E402
+from neuron_fabric.experiments.train_check import Arm  # noqa: E402
 
 DIGITS = {"channels": (4, 8), "hidden": 16, "batch": 8, "train_steps": 10}
 CHAR_LM = {"train_steps": 5, "batch": 4, "context": 32, "d_model": 32, "heads": 2,

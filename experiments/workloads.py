@@ -34,8 +34,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import roles as _roles
-from ._validate import check_int
+from ..host import roles as _roles
+from ..golden.validate import check_int
 
 __all__ = ["WORKLOADS", "STDLIB_FILES", "DigitsConfig", "CharLMConfig", "DigitsCNN",
            "CharTransformer", "Run", "check_workload", "make_config", "default_capture_steps",
@@ -504,7 +504,7 @@ class Run:
     names : list of str
         Parameter names in ``model.named_parameters()`` order.
     roles : dict
-        Parameter name to role (:func:`neuron_fabric.golden.roles.classify`).
+        Parameter name to role (:func:`neuron_fabric.host.roles.classify`).
     steps : list of int
         The captured training steps.
     grads : dict

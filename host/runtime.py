@@ -1,10 +1,10 @@
 """The profile-guided runtime: operating profiles, bindings, health monitor, capacity check.
 
-The communication hooks (:mod:`neuron_fabric.golden.hooks`) carry out one route per parameter;
+The communication hooks (:mod:`neuron_fabric.host.hooks`) carry out one route per parameter;
 this module decides which route that is, step by step:
 
 - an operating :class:`Profile` (a TOML file, see :func:`load_profile`) names the route of each
-  parameter role (:data:`neuron_fabric.golden.roles.ROLES`), the warm-up steps spent on FP32,
+  parameter role (:data:`neuron_fabric.host.roles.ROLES`), the warm-up steps spent on FP32,
   the health thresholds and the options of each low-bit route (readout, scale rule, error
   feedback, ternary threshold and gate);
 - :func:`bind` classifies a model's parameters from its module tree and returns the
@@ -29,11 +29,11 @@ import pathlib
 import tomllib
 
 from . import roles as _roles
-from ._validate import check_int
-from .formats import Readout, sum_limit
-from .lines import check_line_bits
-from .params import FabricParams
-from .regmap import register_map
+from ..golden.validate import check_int
+from ..golden.formats import Readout, sum_limit
+from ..golden.lines import check_line_bits
+from ..golden.params import FabricParams
+from ..golden.regmap import register_map
 
 __all__ = ["FP32", "GBINARY", "GTERNARY", "ROUTES", "LOW_BIT_ROUTES", "SCALE_RULES",
            "GBinaryOptions", "GTernaryOptions", "HealthOptions", "Profile", "PROFILE_NAMES",
@@ -53,7 +53,7 @@ LOW_BIT_ROUTES = (GBINARY, GTERNARY)
 #: residual where that is on); ``"none"`` returns the bare -1/0/+1 values.
 SCALE_RULES = ("bucket", "parameter", "none")
 
-#: Profiles shipped in ``golden/profiles``.
+#: Profiles shipped in ``host/profiles``.
 PROFILE_NAMES = ("fp32", "gbinary", "gternary", "layer_gbinary", "layer_gternary", "runtime")
 
 
@@ -185,7 +185,7 @@ class Profile:
     -------
     name, description : str
     routes : dict
-        Role (every one of :data:`~neuron_fabric.golden.roles.ROLES`) to route
+        Role (every one of :data:`~neuron_fabric.host.roles.ROLES`) to route
         (one of :data:`ROUTES`).
     warmup_steps : int
         Steps from the start that run every parameter on FP32.
@@ -327,7 +327,7 @@ class Binding:
 
 
 def bind(model, profile):
-    """Classify ``model``'s parameters (:func:`neuron_fabric.golden.roles.classify`) and bind
+    """Classify ``model``'s parameters (:func:`neuron_fabric.host.roles.classify`) and bind
     each to the route that ``profile`` gives its role. Returns a :class:`Binding`."""
     if not isinstance(profile, Profile):
         raise TypeError(f"profile must be a Profile, not {profile!r}")

@@ -1,8 +1,8 @@
 """Training checks with real ``torch.distributed`` workers: static low-bit against the runtime.
 
-Every arm trains one workload of :mod:`neuron_fabric.golden.workloads` with ``workers`` real
+Every arm trains one workload of :mod:`neuron_fabric.experiments.workloads` with ``workers`` real
 processes (gloo backend on the CPU, one thread each), ``DistributedDataParallel`` and a
-communication hook of :mod:`neuron_fabric.golden.hooks`. All arms of a workload start from the
+communication hook of :mod:`neuron_fabric.host.hooks`. All arms of a workload start from the
 same initialisation and see the same minibatches (same seed, same steps); only the route of
 the gradients differs:
 
@@ -24,7 +24,7 @@ FP32, the targets, and the readout lines per slot of the default device) and
 
 Command line::
 
-    python -m neuron_fabric.golden.train_check --out build/train [--quick] [--workers 4]
+    python -m neuron_fabric.experiments.train_check --out build/train [--quick] [--workers 4]
         [--seed 0] [--only ARM ...]
 
 The workers are started with ``torch.multiprocessing`` and meet through a ``file://`` store in
@@ -48,13 +48,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from . import hooks as _hooks
-from . import roles as _roles
-from . import runtime as _runtime
+from ..host import hooks as _hooks
+from ..host import roles as _roles
+from ..host import runtime as _runtime
 from . import workloads as _workloads
-from ._validate import check_int
-from .formats import Readout, readout_lines_per_slot, readout_route, route_lanes
-from .params import FabricParams
+from ..golden.validate import check_int
+from ..golden.formats import Readout, readout_lines_per_slot, readout_route, route_lanes
+from ..golden.params import FabricParams
 
 __all__ = ["Arm", "ARMS", "QUICK", "TARGETS", "launch", "run", "main"]
 
@@ -535,7 +535,7 @@ def run(out, *, arms=None, workers=4, seed=0, quick=False, only=None, eval_every
 
 def main(argv=None):
     parser = argparse.ArgumentParser(
-        prog="python -m neuron_fabric.golden.train_check",
+        prog="python -m neuron_fabric.experiments.train_check",
         description="Train real workloads with gloo workers and DDP communication hooks: FP32, "
                     "static G-Binary/G-Ternary and the profile-guided runtime.")
     parser.add_argument("--out", default="build/train", help="output folder (default build/train)")

@@ -43,11 +43,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import gbinary, gternary
+from ..golden import gbinary, gternary
 from . import roles as _roles
-from .formats import Readout, readout_lines_per_slot, route_lanes
-from .formats import Route as _DeviceRoute
-from .lines import line_bytes
+from ..golden.formats import Readout, readout_lines_per_slot, route_lanes
+from ..golden.formats import Route as _DeviceRoute
+from ..golden.lines import line_bytes
 from .runtime import (FP32, GBINARY, GTERNARY, ROUTES, DeviceCaps, GBinaryOptions,
                       GTernaryOptions, RegionStats, check_capacity)
 
@@ -213,12 +213,12 @@ class FabricHook:
         The module wrapped by DDP (not the wrapper): names come from its
         ``named_parameters()``.
     routes : str or dict
-        One route of :data:`~neuron_fabric.golden.runtime.ROUTES` for every parameter, or a
+        One route of :data:`~neuron_fabric.host.runtime.ROUTES` for every parameter, or a
         dict from every parameter name to its route; change it between steps with
         :meth:`set_routes`.
     regions : dict or None
         Parameter name to the region whose health statistics it feeds; None uses the roles of
-        :func:`neuron_fabric.golden.roles.classify`.
+        :func:`neuron_fabric.host.roles.classify`.
     gbinary, gternary : GBinaryOptions, GTernaryOptions
         Options of the low-bit routes.
     caps : DeviceCaps or None
@@ -236,10 +236,10 @@ class FabricHook:
 
     Per step: run forward and backward (DDP calls the hook per bucket), then call
     :meth:`end_step` with the local loss; it returns the global loss and the
-    :class:`~neuron_fabric.golden.runtime.RegionStats` of every region.
+    :class:`~neuron_fabric.host.runtime.RegionStats` of every region.
 
     Raises ``TypeError``/``ValueError`` for bad options and
-    :class:`~neuron_fabric.golden.runtime.CapacityError` for routes the device cannot serve.
+    :class:`~neuron_fabric.host.runtime.CapacityError` for routes the device cannot serve.
     """
 
     def __init__(self, model, *, routes, regions=None, gbinary=None, gternary=None, caps=None,

@@ -1,6 +1,6 @@
 """Golden-model throughput, measured against a plain memory copy of the same FP32 data.
 
-``python -m neuron_fabric.golden.bench --out build/bench`` times, in one run and on one core
+``python -m neuron_fabric.experiments.bench --out build/bench`` times, in one run and on one core
 (NumPy runs these single-threaded): a copy of an FP32 gradient, G-Binary and G-Ternary
 encoding of it, the aggregation of 8 workers' lines, the majority decode and the gate.
 Aggregation is timed twice: into bit-planes, the form the device keeps its counters in
@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from . import gbinary, gternary
-from .formats import Readout
+from ..golden import gbinary, gternary
+from ..golden.formats import Readout
 
 WORKERS = 8
 MAX_WORKERS = 16
@@ -151,7 +151,7 @@ def to_markdown(results):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m neuron_fabric.golden.bench",
+    parser = argparse.ArgumentParser(prog="python -m neuron_fabric.experiments.bench",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/bench"),
                         help="output folder (default: build/bench)")

@@ -1,7 +1,7 @@
 """Real gradient traces: capture them from training runs, load them with NumPy alone.
 
 A trace is what the workers of a data-parallel job hand to the reduction at chosen training
-steps. :func:`capture` trains one workload of :mod:`neuron_fabric.golden.workloads` as ``workers``
+steps. :func:`capture` trains one workload of :mod:`neuron_fabric.experiments.workloads` as ``workers``
 simulated workers on disjoint shards of real data and writes two files into ``out_dir``:
 
 ``<workload>.npz``
@@ -23,7 +23,7 @@ The manifest holds everything needed to capture the same trace again
 
 Command line::
 
-    python -m neuron_fabric.golden.traces capture --out build/traces \\
+    python -m neuron_fabric.experiments.traces capture --out build/traces \\
         [--workload NAME ...] [--workers K] [--seed S] [--train-steps N]
 """
 
@@ -39,8 +39,8 @@ import time
 
 import numpy as np
 
-from ._validate import check_int
-from .roles import ROLES, check_roles
+from ..golden.validate import check_int
+from ..host.roles import ROLES, check_roles
 
 __all__ = ["WORKLOADS", "FORMAT", "Param", "Trace", "capture", "load", "main"]
 
@@ -61,7 +61,7 @@ def _check_workload(workload):
 @dataclasses.dataclass(frozen=True)
 class Param:
     """One traced parameter: its ``name`` in ``named_parameters()``, ``role`` (one of
-    :data:`neuron_fabric.golden.roles.ROLES`), ``shape`` (tuple) and ``numel``."""
+    :data:`neuron_fabric.host.roles.ROLES`), ``shape`` (tuple) and ``numel``."""
 
     name: str
     role: str
@@ -165,7 +165,7 @@ def load(path):
         if not name.is_file():
             raise FileNotFoundError(
                 f"trace file {name} does not exist; capture it with "
-                f"`python -m neuron_fabric.golden.traces capture --out {name.parent}`")
+                f"`python -m neuron_fabric.experiments.traces capture --out {name.parent}`")
     with open(json_path, encoding="utf-8") as handle:
         manifest = json.load(handle)
     if manifest.get("format") != FORMAT:
@@ -292,7 +292,7 @@ def capture(workload, out_dir, *, workers=4, steps=None, seed=0, log=None, **ove
 
 def _parser():
     parser = argparse.ArgumentParser(
-        prog="python -m neuron_fabric.golden.traces",
+        prog="python -m neuron_fabric.experiments.traces",
         description="Capture real gradient traces of simulated data-parallel training.")
     commands = parser.add_subparsers(dest="command", required=True)
     cap = commands.add_parser(

@@ -25,7 +25,7 @@ are never written, which is how the seed's 2.99x was counted. The dual-threshold
 
 Command line::
 
-    python -m neuron_fabric.golden.combiner_eval --traces build/traces --out build/combiner \\
+    python -m neuron_fabric.experiments.combiner_eval --traces build/traces --out build/combiner \\
         [--steps N] [--quick]
 
 writes ``report.json``, ``report.md`` and ``reduction.png`` into ``--out``.
@@ -39,9 +39,9 @@ import time
 
 import numpy as np
 
-from . import combiner
+from ..golden import combiner
 from . import traces as traces_module
-from ._validate import check_int
+from ..golden.validate import check_int
 
 __all__ = ["SEED_REPORTED", "SEED_PARAMS", "seed_stream", "quantize", "trace_stream",
            "replay", "evaluate", "main"]
@@ -228,7 +228,7 @@ def evaluate(traces_dir, *, steps=2, quick=False, log=print):
         raise FileNotFoundError(
             f"the evaluation needs the real gradient traces, and {', '.join(missing)} "
             f"{'is' if len(missing) == 1 else 'are'} missing; write them with `make traces` "
-            f"(or `python -m neuron_fabric.golden.traces capture --out {traces_dir}`)")
+            f"(or `python -m neuron_fabric.experiments.traces capture --out {traces_dir}`)")
     steps = check_int("steps", steps, low=1)
     buffers = QUICK_BUFFERS if quick else BUFFERS
     thresholds = QUICK_THRESHOLDS if quick else THRESHOLDS
@@ -370,7 +370,7 @@ def plot(report, path):
 
 def _parser():
     parser = argparse.ArgumentParser(
-        prog="python -m neuron_fabric.golden.combiner_eval",
+        prog="python -m neuron_fabric.experiments.combiner_eval",
         description="Replay real gradient traces and the seed design's test phases through "
                     "the write-combining accumulator model and report the traffic saved.")
     parser.add_argument("--traces", type=pathlib.Path, default=pathlib.Path("build/traces"),
