@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check results clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
@@ -37,9 +37,10 @@ help:
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
+	@echo "make results       rewrite the README's results table from the reports under $(BUILD)/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check
+all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check results
 	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/)"
 
 # ---------------------------------------------------------------------------- set-up
@@ -128,6 +129,11 @@ train-check: $(BUILD)/train/report.json
 
 $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
 	$(PY) -m neuron_fabric.experiments.train_check --out $(BUILD)/train
+
+# The README's results table, rewritten between its markers from the reports under $(BUILD)/;
+# a report not written yet shows as "not measured yet" with the target that writes it.
+results: venv
+	$(PY) -m neuron_fabric.experiments.results --build $(BUILD) --readme README.md
 
 # Verilog of every block and the top, the top's file list and Verilator configuration (its
 # only lint waivers), checked with Icarus and Verilator's -Wall lint.

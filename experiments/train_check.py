@@ -53,7 +53,7 @@ from ..host import roles as _roles
 from ..host import runtime as _runtime
 from . import workloads as _workloads
 from ..golden.validate import check_int
-from ..golden.formats import Readout, readout_lines_per_slot, readout_route, route_lanes
+from ..golden.formats import READOUT_SPECS, Readout, readout_lines_per_slot, readout_route, route_lanes
 from ..golden.params import FabricParams
 
 __all__ = ["Arm", "ARMS", "QUICK", "TARGETS", "launch", "run", "main"]
@@ -365,8 +365,7 @@ def _padded_lane_lines(readout, *, line_bits, counter_bits):
     """Lines per slot in the padded-lane format, the readout format the bit-planes replaced,
     kept here only for the comparison in the report: each lane's value (1-bit sign, 2-bit
     code, counter or sum) padded to 1, 2, 4, 8 or 16 bits and packed lane after lane."""
-    value_bits = {Readout.SIGN: 1, Readout.TERNARY: 2, Readout.GATED: 2,
-                  Readout.COUNTS: counter_bits, Readout.SUMS: counter_bits + 1}[Readout(readout)]
+    value_bits = READOUT_SPECS[Readout(readout)].value_bits(counter_bits)
     lane_bits = next(w for w in (1, 2, 4, 8, 16) if value_bits <= w)
     return route_lanes(readout_route(readout), line_bits) * lane_bits // line_bits
 

@@ -30,7 +30,7 @@ import random
 
 from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, Module, \
     ResetSignal, Signal, Value
-from amaranth.lib import wiring
+from amaranth.lib import io, wiring
 
 from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, absorb_block_ram_registers, cached_run, \
     critical_path, parse_nextpnr_report, router_diverged
@@ -133,7 +133,7 @@ class BoardTop(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        clk25 = platform.request("clk25", 0)
+        m.submodules.clk25 = clk25 = io.Buffer("i", platform.request("clk25", 0, dir="-"))
         pll_clk = Signal()
         locked = Signal()
         p = self.pll
@@ -166,16 +166,29 @@ class BoardTop(Elaboratable):
         m.d.comb += ResetSignal("sync").eq(reset_global)
 
         m.submodules.harness = harness = BoardHarness(self.component)
-        uart = platform.request("uart", 0)
-        buttons = [platform.request("button_fire", i).i for i in range(2)]
+        # The FTDI connection's pins come as one resource. Only the receive pin stirs, but
+        # each keeps its buffer and its constraint: the transmit pin is driven low, the
+        # flow-control inputs are left unread.
+        uart = platform.request("uart", 0, dir="-")
+        m.submodules.uart_rx = uart_rx = io.Buffer("i", uart.rx)
+        m.submodules.uart_tx = io.Buffer("o", uart.tx)
+        m.submodules.uart_rts = io.Buffer("i", uart.rts)
+        m.submodules.uart_dtr = io.Buffer("i", uart.dtr)
+        buttons = []
+        for i in range(2):
+            m.submodules[f"button_fire_{i}"] = button = io.Buffer(
+                "i", platform.request("button_fire", i, dir="-"))
+            buttons.append(button.i)
         # Stir on every change of the pins, registered twice, and over a global network: it
         # enables every input flip-flop of the top.
         pins = Signal(2, reset_less=True)
-        m.d.sync += pins.eq(Cat(Cat(uart.rx.i, *buttons).xor(), pins[0]))
+        m.d.sync += pins.eq(Cat(Cat(uart_rx.i, *buttons).xor(), pins[0]))
         stir = Signal()
         m.d.sync += stir.eq(pins[0] ^ pins[1])
         m.submodules.stir_buffer = Instance("DCCA", i_CLKI=stir, i_CE=1, o_CLKO=harness.stir)
-        m.d.comb += Cat(platform.request("led", i).o for i in range(8)).eq(harness.leds)
+        for i in range(8):
+            m.submodules[f"led_{i}"] = led = io.Buffer("o", platform.request("led", i, dir="-"))
+            m.d.comb += led.o.eq(harness.leds[i])
         return m
 
 

@@ -33,17 +33,27 @@ from ..golden.regmap import register_map
 from ..hw.control_plane import ControlPlane
 from ..hw.controller import GROUP_LANES, LATENCY, TILE_LANES, Controller
 from ..hw.csr import CSRBlock
+from ..hw.engines import ENGINES
 from ..hw.lane_tile import LaneTile
 from ..hw.passthrough import Fp32Passthrough
-from ..hw.sign_count import SignCountEngine
-from ..hw.ternary_gate import TernaryGateEngine
 
-__all__ = ["Block", "blocks", "lane_tile_tag", "yosys_binary", "to_verilog", "generate",
-           "file_list", "verilator_config", "LINT_WAIVERS", "MANIFEST_VERSION"]
+__all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "yosys_binary", "to_verilog",
+           "generate", "file_list", "verilator_config", "LINT_WAIVERS", "MANIFEST_VERSION",
+           "UNIT_ROLES", "BLOCK_ROLES", "TOP_ROLE"]
 
 MANIFEST_VERSION = 1
 #: Memory reads in flight on the FP32 path in generated tops.
 MAX_READS = 16
+
+
+#: The blocks that stand alone (each route's lane engine, the FP32 passthrough, the CSR
+#: block), by role: the block testbenches check these.
+UNIT_ROLES = tuple(engine.role for engine in ENGINES.values()) + ("passthrough", "csr_block")
+#: The role of the controller top.
+TOP_ROLE = "controller"
+#: Every block a parameter set emits, by role (the manifest's ``blocks`` keys), in the order
+#: they are emitted: the standalone blocks, the lane tile, the control plane, the top last.
+BLOCK_ROLES = UNIT_ROLES + ("lane_tile", "control_plane", TOP_ROLE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,24 +72,35 @@ def lane_tile_tag(params, *, tile_lanes=TILE_LANES, group_lanes=GROUP_LANES):
             f"_r{p.num_windows * p.depth}")
 
 
-def blocks(params, *, max_reads=MAX_READS):
-    """The blocks of ``params``, the controller top last."""
+def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES):
+    """``{role: (module, factory)}`` for every role of :data:`BLOCK_ROLES`, in its order: the
+    module name and a function that builds the component (the lane tile and the controller
+    top with ``tile_lanes`` line bits per tile)."""
     p = params
     engines = dict(line_bits=p.line_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
     tag = f"l{p.line_bits}_w{p.max_workers}_c{p.counter_bits}"
-    return [
-        Block("sign_count", f"nfabric_sign_count_{tag}", SignCountEngine(**engines)),
-        Block("ternary_gate", f"nfabric_ternary_gate_{tag}", TernaryGateEngine(**engines)),
-        Block("passthrough", f"nfabric_passthrough_l{p.line_bits}_r{max_reads}",
-              Fp32Passthrough(line_bits=p.line_bits, max_reads=max_reads)),
-        Block("csr_block", f"nfabric_csr_{p.name}", CSRBlock(regmap=register_map(p))),
-        Block("lane_tile", f"nfabric_lane_tile_{lane_tile_tag(p)}",
-              LaneTile(tile_lanes=TILE_LANES, group_lanes=GROUP_LANES,
-                       max_workers=p.max_workers, counter_bits=p.counter_bits,
-                       rows=p.num_windows * p.depth)),
-        Block("control_plane", f"nfabric_control_plane_{p.name}", ControlPlane(params=p)),
-        Block("controller", f"nfabric_{p.name}", Controller(params=p, max_reads=max_reads)),
-    ]
+    out = {engine.role: (f"nfabric_{engine.role}_{tag}",
+                         lambda component=engine.component: component(**engines))
+           for engine in ENGINES.values()}
+    out.update({
+        "passthrough": (f"nfabric_passthrough_l{p.line_bits}_r{max_reads}",
+                        lambda: Fp32Passthrough(line_bits=p.line_bits, max_reads=max_reads)),
+        "csr_block": (f"nfabric_csr_{p.name}", lambda: CSRBlock(regmap=register_map(p))),
+        "lane_tile": (f"nfabric_lane_tile_{lane_tile_tag(p, tile_lanes=tile_lanes)}",
+                      lambda: LaneTile(tile_lanes=tile_lanes, group_lanes=GROUP_LANES,
+                                       max_workers=p.max_workers, counter_bits=p.counter_bits,
+                                       rows=p.num_windows * p.depth)),
+        "control_plane": (f"nfabric_control_plane_{p.name}", lambda: ControlPlane(params=p)),
+        TOP_ROLE: (f"nfabric_{p.name}",
+                   lambda: Controller(params=p, tile_lanes=tile_lanes, max_reads=max_reads)),
+    })
+    return out
+
+
+def blocks(params, *, max_reads=MAX_READS):
+    """The blocks of ``params``, in :data:`BLOCK_ROLES` order (the controller top last)."""
+    return [Block(role, module, factory())
+            for role, (module, factory) in block_factories(params, max_reads=max_reads).items()]
 
 
 class ToolError(RuntimeError):
@@ -344,12 +365,12 @@ def generate(params, out_dir, *, max_reads=MAX_READS, log=print):
             "payloads": payload_layouts(block.component),
             "sha256": hashlib.sha256(verilog.encode()).hexdigest(),
         }
-    top = manifest["top"] = manifest["blocks"]["controller"]["module"]
+    top = manifest["top"] = manifest["blocks"][TOP_ROLE]["module"]
     verilog_files = [block["file"] for block in manifest["blocks"].values()]
     # The top's file holds every module under it; the block files are standalone copies of
     # the blocks, each its own top, and not part of it.
     manifest["file_list"] = f"{top}.f"
-    files[manifest["file_list"]] = file_list(top, [manifest["blocks"]["controller"]["file"]])
+    files[manifest["file_list"]] = file_list(top, [manifest["blocks"][TOP_ROLE]["file"]])
     manifest["verilator_config"] = f"{top}.vlt"
     files[manifest["verilator_config"]] = verilator_config(top, sorted(verilog_files))
     files["registers.md"] = regmap.to_markdown()

@@ -1,4 +1,4 @@
-"""Transaction-level model of the controller top (DESIGN.md section 6).
+"""Transaction-level model of the controller top (docs/design.md, "Controller behaviour").
 
 The model answers requests one at a time, in order, exactly as the hardware must: every
 request gets one response (one or more lines, ``last`` on the final one). It keeps the
@@ -32,10 +32,9 @@ import enum
 
 import numpy as np
 
-from . import gbinary, gternary
 from . import lines as _lines
 from .validate import check_int
-from .formats import READOUTS_BY_ROUTE, Readout, Route, count_limit, sum_limit
+from .formats import READOUTS_BY_ROUTE, Readout, Route, route_spec
 from .params import ADDR_BITS, FabricParams
 from .regmap import COUNTERS, ERROR_FLAGS, Access, register_map, window_register
 
@@ -164,9 +163,7 @@ class ControllerModel:
     def slot_state(self, window, slot):
         """``(accumulators, bitmap)`` of a slot: a copy of its lanes and the bitmap integer."""
         win = self._windows[window]
-        lanes = self.params.line_bits
-        if self.window_config(window)[3] == Route.GTERNARY:
-            lanes //= 2
+        lanes = route_spec(self.window_config(window)[3]).lanes(self.params.line_bits)
         return win.acc[slot, :lanes].copy(), win.bitmap[slot]
 
     # ------------------------------------------------------------------ CSRs
@@ -320,35 +317,30 @@ class ControllerModel:
         return Response(Status.OK, tuple(bytes(line) for line in lines))
 
     def _fold(self, win, slot, route, data):
-        line = np.frombuffer(data, dtype=np.uint8)
+        spec = route_spec(route)
         p = self.params
-        if route is Route.GBINARY:
-            votes = _lines.unpack_lanes(line, lane_bits=1).astype(np.int16)
-            limit = count_limit(p.counter_bits)
-            total = win.acc[slot] + votes
-            saturated = (total > limit).any()
-            win.acc[slot] = np.minimum(total, limit)
-            self._count("GBIN_LINES")
-        else:
-            values = gternary.codes(line).astype(np.int16)
-            invalid = values == -2
+        lanes = spec.lanes(p.line_bits)
+        values = _lines.unpack_lanes(np.frombuffer(data, dtype=np.uint8), lane_bits=spec.lane_bits,
+                                     signed=spec.signed).astype(np.int16)
+        invalid = None
+        if spec.invalid_counter is not None:  # an invalid code counts as 0
+            invalid = values == spec.golden.INVALID_VALUE
             values[invalid] = 0
-            lanes = p.line_bits // 2
-            limit = sum_limit(p.max_workers, p.counter_bits)
-            total = win.acc[slot, :lanes] + values
-            saturated = (np.abs(total) > limit).any()
-            win.acc[slot, :lanes] = np.clip(total, -limit, limit)
-            self._count("GTERN_LINES")
-            if invalid.any():
-                self._flag("INVALID_CODE")
-                self._count("INVALID_LINES")
+        low, high = spec.limits(max_workers=p.max_workers, counter_bits=p.counter_bits)
+        total = win.acc[slot, :lanes] + values
+        saturated = ((total < low) | (total > high)).any()
+        win.acc[slot, :lanes] = np.clip(total, low, high)
+        self._count(spec.lines_counter)
+        if invalid is not None and invalid.any():
+            self._flag("INVALID_CODE")
+            self._count(spec.invalid_counter)
         if saturated:
             self._flag("SATURATED")
 
     def _readout(self, acc, route, readout):
+        spec = route_spec(route)
         p = self.params
-        if route is Route.GBINARY:
-            return gbinary.readout(acc[None].astype(np.uint8), readout=readout,
-                                   num_workers=self.num_workers, counter_bits=p.counter_bits)
-        return gternary.readout(acc[None, :p.line_bits // 2].astype(np.int8), readout=readout,
-                                gate=self._field("GATE", "GATE"), counter_bits=p.counter_bits)
+        inputs = {"num_workers": self.num_workers, "gate": self._field("GATE", "GATE")}
+        values = acc[None, :spec.lanes(p.line_bits)].astype(np.int8 if spec.signed else np.uint8)
+        return spec.golden.readout(values, readout=readout, counter_bits=p.counter_bits,
+                                   **{name: inputs[name] for name in spec.readout_inputs})

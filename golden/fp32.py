@@ -1,4 +1,4 @@
-"""FP32 lines: byte-exact identity through the device (DESIGN.md section 5).
+"""FP32 lines: byte-exact identity through the device (docs/design.md, "FP32 passthrough").
 
 An FP32 line holds ``line_bits // 32`` little-endian IEEE-754 binary32 values. The device
 never looks inside: whatever bytes are written are the bytes read back, NaN payloads,

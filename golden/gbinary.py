@@ -1,4 +1,4 @@
-"""G-Binary: one sign bit per element, majority vote by per-lane counting (DESIGN.md section 3).
+"""G-Binary: a sign bit per element, majority vote by per-lane counts (docs/design.md, "G-Binary").
 
 A written line holds ``line_bits`` lanes; bit 1 means the element is negative. The device
 keeps per lane a saturating count ``n`` of ones; with ``N`` contributions the majority is

@@ -1,4 +1,4 @@
-"""G-Ternary: 2-bit codes per element, gated per-lane sums (DESIGN.md section 4).
+"""G-Ternary: 2-bit codes per element, gated per-lane sums (docs/design.md, "G-Ternary").
 
 A written line holds ``line_bits // 2`` lanes of 2-bit codes: ``00`` = 0, ``01`` = +1,
 ``11`` = -1 and ``10`` invalid. The codes are 2-bit two's complement, which is how this
@@ -19,14 +19,22 @@ import numpy as np
 from . import gbinary
 from . import lines as _lines
 from .validate import check_array, check_generator, check_grad, check_int
-from .formats import (COUNTER_BITS_LIMIT, Readout, Route, check_counter_bits, count_limit, check_max_workers, check_readout,
-                      check_readout_lines, readout_lines_per_slot, sum_limit)
+from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, ROUTE_SPECS, Readout, Route, check_counter_bits,
+                      count_limit, check_max_workers, check_readout, check_readout_lines,
+                      readout_lines_per_slot, sum_limit)
 
-__all__ = ["INVALID_CODE", "encode", "ternarize", "codes", "invalid_lanes", "aggregate",
-           "aggregate_planes", "gate", "readout", "readout_planes", "parse_readout", "decode"]
+__all__ = ["ZERO_CODE", "PLUS_CODE", "MINUS_CODE", "INVALID_CODE", "INVALID_VALUE", "encode",
+           "ternarize", "codes", "invalid_lanes", "aggregate", "aggregate_planes", "gate",
+           "readout", "readout_planes", "parse_readout", "decode"]
 
+LANE_BITS = ROUTE_SPECS[Route.GTERNARY].lane_bits
+#: The 2-bit codes: two's complement of 0, +1 and -1; the fourth is invalid.
+ZERO_CODE = 0b00
+PLUS_CODE = 0b01
+MINUS_CODE = 0b11
 INVALID_CODE = 0b10
-LANE_BITS = 2
+#: The invalid code read as a 2-bit two's complement number, as :func:`codes` gives it.
+INVALID_VALUE = INVALID_CODE - (1 << LANE_BITS)
 
 
 def ternarize(grad, *, ratio, rng=None, scale=None):
@@ -172,7 +180,7 @@ def codes(lines):
 
 def invalid_lanes(lines):
     """Boolean mask of the lanes holding the invalid code ``10``, shape ``(..., lanes)``."""
-    return codes(lines) == -2
+    return codes(lines) == INVALID_VALUE
 
 
 # Bit 2t of a word: lane t's low (non-zero) bit; lane t's high (negative) bit is bit 2t + 1.
@@ -448,7 +456,7 @@ def gate(sums, *, gate):
     from -128 to 127). ``gate`` is the GATE register: an integer from 0 to 255 (0 and 1
     both pass every non-zero sum).
     """
-    return _gated(_check_sums(sums), check_int("gate", gate, low=0, high=255))
+    return _gated(_check_sums(sums), check_int("gate", gate, low=0, high=GATE_MAX))
 
 
 def readout(sums, *, readout, gate, counter_bits):
@@ -477,7 +485,7 @@ def readout(sums, *, readout, gate, counter_bits):
         raise ValueError(f"sums must lie within [-{limit}, {limit}] for counter_bits={counter_bits}, "
                          f"not reach {max(int(sums.max()), -int(sums.min()))} in magnitude")
     if readout is Readout.GATED:
-        gated = _gated(sums, check_int("gate", gate, low=0, high=255))
+        gated = _gated(sums, check_int("gate", gate, low=0, high=GATE_MAX))
         return _lines.pack_lanes(gated, lane_bits=LANE_BITS)
     planes = _lines.pack_planes(sums, lane_bits=LANE_BITS,
                                 planes=readout_lines_per_slot(readout, counter_bits=counter_bits))
@@ -497,7 +505,7 @@ def readout_planes(planes, *, readout, gate):
     n_slots, per_slot, nbytes = planes.shape
     _lines.check_line_bits(8 * nbytes)
     check_int("lines per slot (planes.shape[1])", per_slot, low=1, high=(COUNTER_BITS_LIMIT + 2) // 2)
-    gate = check_int("gate", gate, low=0, high=255)
+    gate = check_int("gate", gate, low=0, high=GATE_MAX)
     if readout is Readout.SUMS:
         return planes.reshape(-1, nbytes).copy()
     digits = np.empty((per_slot, n_slots, nbytes // 8), dtype=np.uint64)  # line-major
@@ -531,8 +539,9 @@ def parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
     if readout is Readout.GATED:
         slots = check_readout_lines(lines, readout=readout, counter_bits=1)  # only SUMS depends on it
         values = _lines.unpack_lanes(slots[:, 0], lane_bits=LANE_BITS, signed=True)
-        if (values == -2).any():
-            raise ValueError("lines hold an invalid ternary code (0b10), which no readout produces")
+        if (values == INVALID_VALUE).any():
+            raise ValueError(f"lines hold an invalid ternary code ({INVALID_CODE:#04b}), which no "
+                             "readout produces")
         return values
     if counter_bits is None:
         raise TypeError("counter_bits is required to parse a SUMS readout")

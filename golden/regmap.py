@@ -1,4 +1,4 @@
-"""The CSR register map as data (DESIGN.md section 6).
+"""The CSR register map as data (docs/design.md, "Register map").
 
 One definition generates the hardware's register block, the Markdown register reference,
 the constants the golden model uses and the register-access helper of the testbenches.
@@ -16,7 +16,7 @@ actions follow amaranth-soc's names:
 import dataclasses
 import enum
 
-from .formats import Readout, Route
+from .formats import GATE_BITS, ROUTE_SPECS, Readout, Route, enum_bits
 from .params import ADDR_BITS, FabricParams
 
 __all__ = ["Access", "Field", "Register", "RegisterMap", "register_map", "ID_MAGIC", "VERSION",
@@ -37,9 +37,11 @@ ERROR_DOCS = {
     "BAD_CONFIG": "A request hit a misconfigured window (SIZE > DEPTH, READOUT not of its "
                   "ROUTE) or NUM_WORKERS is outside 1 to MAX_WORKERS.",
 }
-#: Event counters, 32 bits each, wrapping, in address order from COUNTER_BASE.
-COUNTERS = ("GBIN_LINES", "GTERN_LINES", "FP32_LINES", "RESPONSES", "NOT_READY_COUNT",
-            "DUPLICATE_COUNT", "BAD_REQUEST_COUNT", "INVALID_LINES", "STALL_CYCLES")
+#: Event counters, 32 bits each, wrapping, in address order from COUNTER_BASE: each route's
+#: lines folded (in route order), then the rest.
+COUNTERS = (tuple(spec.lines_counter for spec in ROUTE_SPECS.values())
+            + ("FP32_LINES", "RESPONSES", "NOT_READY_COUNT", "DUPLICATE_COUNT",
+               "BAD_REQUEST_COUNT", "INVALID_LINES", "STALL_CYCLES"))
 #: Counters whose value depends on cycle timing: the transaction model cannot predict them.
 TIMING_COUNTERS = ("STALL_CYCLES",)
 
@@ -243,7 +245,7 @@ def register_map(params=None):
                       "Must be 1 to MAX_WORKERS, else window requests get BAD_REQUEST."),
         ), "Workers taking part in the aggregation."),
         Register("GATE", 0x18, (
-            Field("GATE", 0, 8, RW, reset=1,
+            Field("GATE", 0, GATE_BITS, RW, reset=1,
                   doc="G-Ternary GATED readout: sign(S) where |S| >= GATE, else 0."),
         ), "G-Ternary gate."),
         Register("ERRORS", 0x1C, tuple(
@@ -251,8 +253,7 @@ def register_map(params=None):
         ), "Sticky error flags, write 1 to clear."),
     ]
     counter_docs = {
-        "GBIN_LINES": "G-Binary lines accumulated.",
-        "GTERN_LINES": "G-Ternary lines accumulated.",
+        **{spec.lines_counter: f"{spec.label} lines accumulated." for spec in ROUTE_SPECS.values()},
         "FP32_LINES": "Requests passed through to memory.",
         "RESPONSES": "Requests answered (a multi-line readout counts once).",
         "NOT_READY_COUNT": "NOT_READY responses.",
@@ -276,8 +277,9 @@ def register_map(params=None):
             ), f"Window {w}: size in slots. Writing it empties the window's slots."),
             Register(window_register(w, "CONFIG"), base + 8, (
                 Field("EN", 0, 1, RW, doc="1: the window claims [BASE, BASE + SIZE)."),
-                Field("ROUTE", 1, 1, RW, doc=f"Route: {routes}."),
-                Field("READOUT", 4, 3, RW, doc=f"Readout: {readouts}; must belong to the route."),
+                Field("ROUTE", 1, enum_bits(Route), RW, doc=f"Route: {routes}."),
+                Field("READOUT", 4, enum_bits(Readout), RW,
+                      doc=f"Readout: {readouts}; must belong to the route."),
             ), f"Window {w}: configuration. Writing it empties the window's slots."),
         ]
     return RegisterMap(p, tuple(regs))

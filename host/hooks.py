@@ -45,11 +45,10 @@ import torch.distributed as dist
 
 from ..golden import gbinary, gternary
 from . import roles as _roles
-from ..golden.formats import Readout, readout_lines_per_slot, route_lanes
-from ..golden.formats import Route as _DeviceRoute
+from ..golden.formats import Readout, readout_lines_per_slot, route_spec
 from ..golden.lines import line_bytes
-from .runtime import (FP32, GBINARY, GTERNARY, ROUTES, DeviceCaps, GBinaryOptions,
-                      GTernaryOptions, RegionStats, check_capacity)
+from .runtime import (FP32, GBINARY, GTERNARY, LOW_BIT_ROUTES, ROUTES, DeviceCaps,
+                      GBinaryOptions, GTernaryOptions, RegionStats, check_capacity)
 
 __all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments"]
 
@@ -87,7 +86,8 @@ class TrafficMeter:
     Members
     -------
     routes : dict
-        ``"fp32"``, ``"gbinary"``, ``"gternary"`` and ``"control"`` to :class:`RouteTraffic`.
+        Every route of :data:`~neuron_fabric.host.runtime.ROUTES` (``"fp32"``, ``"gbinary"``,
+        ``"gternary"``) and ``"control"`` to :class:`RouteTraffic`.
     baseline : RouteTraffic
         What sending every bucket on FP32 all-reduce would have cost.
     """
@@ -351,7 +351,7 @@ class FabricHook:
         self.traffic.count_control(control.numel() * 8)
         totals = control.numpy()
 
-        groups = {FP32: [], GBINARY: [], GTERNARY: []}
+        groups = {route: [] for route in ROUTES}
         for index, route in enumerate(routes):
             if route != FP32 and totals[index, 0] > 0:
                 route = FP32  # a non-finite gradient somewhere: this step goes exact
@@ -366,7 +366,7 @@ class FabricHook:
 
         if groups[FP32]:
             self._fp32(buffer, segments, groups[FP32])
-        for route in (GBINARY, GTERNARY):
+        for route in LOW_BIT_ROUTES:
             if groups[route]:
                 self._low_bit(route, flat, segments, groups[route], compressed, totals,
                               bucket.index())
@@ -431,7 +431,6 @@ class FabricHook:
             agreement = np.abs(2 * n - world) / world
             # This worker's own compressed values, for error feedback: sign, with 0 as +1.
             own = np.where(p < 0, np.float32(-1), np.float32(1)) if options.error_feedback else None
-            device_route = _DeviceRoute.GBINARY
         else:
             options = self.gternary
             rng, shared = None, None
@@ -458,9 +457,8 @@ class FabricHook:
                                      counter_bits=caps.counter_bits).astype(np.float32)
             agreement = np.abs(sums.reshape(-1)[:count].astype(np.float32)) / world
             own = None if own is None else own.astype(np.float32)
-            device_route = _DeviceRoute.GTERNARY
         per_slot = readout_lines_per_slot(readout, counter_bits=caps.counter_bits)
-        n_lines = -(-count // route_lanes(device_route, self.line_bits))
+        n_lines = -(-count // route_spec(route).lanes(self.line_bits))
         self.traffic.count_low_bit(route, count, lines=n_lines, readout_lines=n_lines * per_slot,
                                    world_size=world)
 

@@ -30,7 +30,7 @@ import tomllib
 
 from . import roles as _roles
 from ..golden.validate import check_int
-from ..golden.formats import Readout, sum_limit
+from ..golden.formats import GATE_MAX, READOUT_SPECS, ROUTE_SPECS, Readout, Route, sum_limit
 from ..golden.lines import check_line_bits
 from ..golden.params import FabricParams
 from ..golden.regmap import register_map
@@ -40,12 +40,14 @@ __all__ = ["FP32", "GBINARY", "GTERNARY", "ROUTES", "LOW_BIT_ROUTES", "SCALE_RUL
            "load_profile", "profile_from_dict", "Binding", "bind", "RegionStats",
            "HealthMonitor", "DeviceCaps", "CapacityError", "check_capacity", "RuntimePolicy"]
 
+#: The route that bypasses the device's aggregation: an ordinary FP32 all-reduce.
 FP32 = "fp32"
-GBINARY = "gbinary"
-GTERNARY = "gternary"
+GBINARY = ROUTE_SPECS[Route.GBINARY].name
+GTERNARY = ROUTE_SPECS[Route.GTERNARY].name
+#: The device's routes, by name, in CSR encoding order (the golden registry's names).
+LOW_BIT_ROUTES = tuple(spec.name for spec in ROUTE_SPECS.values())
 #: Route names, as profiles and reports spell them.
-ROUTES = (FP32, GBINARY, GTERNARY)
-LOW_BIT_ROUTES = (GBINARY, GTERNARY)
+ROUTES = (FP32,) + LOW_BIT_ROUTES
 
 #: How a low-bit route scales the aggregate back to a gradient:
 #: ``"bucket"`` one scale per route and bucket, ``"parameter"`` one per parameter, each the
@@ -53,8 +55,12 @@ LOW_BIT_ROUTES = (GBINARY, GTERNARY)
 #: residual where that is on); ``"none"`` returns the bare -1/0/+1 values.
 SCALE_RULES = ("bucket", "parameter", "none")
 
-#: Profiles shipped in ``host/profiles``.
-PROFILE_NAMES = ("fp32", "gbinary", "gternary", "layer_gbinary", "layer_gternary", "runtime")
+#: Profiles shipped in ``host/profiles``, by file name.
+PROFILE_NAMES = tuple(sorted(entry.name.removesuffix(".toml")
+                             for entry in (importlib.resources.files(__package__) / "profiles").iterdir()
+                             if entry.name.endswith(".toml")))
+#: The G-Binary readouts the hooks can decode to a gradient, by name.
+GBINARY_READOUTS = {READOUT_SPECS[r].name: r for r in (Readout.SIGN, Readout.TERNARY)}
 
 
 def _check_bool(name, value):
@@ -99,20 +105,20 @@ class GBinaryOptions:
     scale: str = "parameter"
 
     def __post_init__(self):
-        _check_choice("gbinary.readout", self.readout, ("sign", "ternary"))
-        _check_bool("gbinary.dither", self.dither)
-        _check_bool("gbinary.error_feedback", self.error_feedback)
-        _check_choice("gbinary.scale", self.scale, SCALE_RULES)
+        _check_choice(f"{GBINARY}.readout", self.readout, tuple(GBINARY_READOUTS))
+        _check_bool(f"{GBINARY}.dither", self.dither)
+        _check_bool(f"{GBINARY}.error_feedback", self.error_feedback)
+        _check_choice(f"{GBINARY}.scale", self.scale, SCALE_RULES)
 
     @property
     def device_readout(self):
         """The device readout (:class:`~neuron_fabric.golden.formats.Readout`)."""
-        return Readout.SIGN if self.readout == "sign" else Readout.TERNARY
+        return GBINARY_READOUTS[self.readout]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class GTernaryOptions:
-    """Options of the G-Ternary route (DESIGN.md section 4).
+    """Options of the G-Ternary route (docs/design.md, "G-Ternary").
 
     ``ratio``: threshold ``tau = ratio * max|g|`` of the worker-side ternarization.
     ``stochastic``: TernGrad-style random keeping, with the maximum ``|g|`` over all workers as
@@ -128,12 +134,12 @@ class GTernaryOptions:
     scale: str = "parameter"
 
     def __post_init__(self):
-        object.__setattr__(self, "ratio", _check_real("gternary.ratio", self.ratio, low=0.0,
+        object.__setattr__(self, "ratio", _check_real(f"{GTERNARY}.ratio", self.ratio, low=0.0,
                                                       high=1.0))
-        _check_bool("gternary.stochastic", self.stochastic)
-        check_int("gternary.gate", self.gate, low=0, high=255)
-        _check_bool("gternary.error_feedback", self.error_feedback)
-        _check_choice("gternary.scale", self.scale, SCALE_RULES)
+        _check_bool(f"{GTERNARY}.stochastic", self.stochastic)
+        check_int(f"{GTERNARY}.gate", self.gate, low=0, high=GATE_MAX)
+        _check_bool(f"{GTERNARY}.error_feedback", self.error_feedback)
+        _check_choice(f"{GTERNARY}.scale", self.scale, SCALE_RULES)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -221,8 +227,7 @@ class Profile:
         object.__setattr__(self, "routes", {role: self.routes[role] for role in _roles.ROLES})
         check_int("warmup_steps", self.warmup_steps, low=0)
         check_line_bits(self.line_bits)
-        for field, cls in (("gbinary", GBinaryOptions), ("gternary", GTernaryOptions),
-                           ("health", HealthOptions)):
+        for field, cls in _SECTIONS.items():
             if not isinstance(getattr(self, field), cls):
                 raise TypeError(f"{field} must be a {cls.__name__}, "
                                 f"not {getattr(self, field)!r}")
@@ -235,7 +240,7 @@ class Profile:
     def replace(self, **changes):
         """A copy with top-level fields replaced; nested options take a dict of their fields,
         merged into the current ones (``profile.replace(gbinary={"error_feedback": True})``)."""
-        for field in ("gbinary", "gternary", "health"):
+        for field in _SECTIONS:
             if isinstance(changes.get(field), dict):
                 changes[field] = dataclasses.replace(getattr(self, field), **changes[field])
         if isinstance(changes.get("routes"), dict):
@@ -246,7 +251,9 @@ class Profile:
         return dataclasses.asdict(self)
 
 
-_SECTIONS = {"gbinary": GBinaryOptions, "gternary": GTernaryOptions, "health": HealthOptions}
+#: The option tables of a profile: one per low-bit route, named as the route (a field of
+#: :class:`Profile` each), and the health thresholds.
+_SECTIONS = {GBINARY: GBinaryOptions, GTERNARY: GTernaryOptions, "health": HealthOptions}
 _TOP_KEYS = ("name", "description", "routes", "warmup_steps", "line_bits") + tuple(_SECTIONS)
 
 

@@ -7,16 +7,16 @@ as two registered control words, so the wide datapath never waits and no decisio
 from across the die.
 """
 
-from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.controller import Op, Status
-from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route
+from ..golden.formats import ROUTE_SPECS, Readout, Route
 from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from .csr import CSRBlock, field_port, written_port
-from .layouts import CSRBusSignature, OP_BITS, STATUS_BITS, readout_lines
+from .layouts import CSRBusSignature, readout_lines
 from .lane_tile import fold_word_layout, most_readout_lines, read_word_layout
 from .sign_count import majority_thresholds
 from .ternary_gate import gate_less_one
@@ -27,12 +27,12 @@ __all__ = ["ControlPlane", "request_control_layout", "response_control_layout",
 
 def request_control_layout(*, worker_bits):
     """The narrow part of a request: what the control plane decides from."""
-    return data.StructLayout({"op": OP_BITS, "addr": ADDR_BITS, "worker": worker_bits})
+    return data.StructLayout({"op": Op, "addr": ADDR_BITS, "worker": worker_bits})
 
 
 def response_control_layout():
     """The narrow part of a response beat; ``from_memory``: its line is the memory's data."""
-    return data.StructLayout({"status": STATUS_BITS, "last": 1, "from_memory": 1})
+    return data.StructLayout({"status": Status, "last": 1, "from_memory": 1})
 
 
 def memory_control_layout():
@@ -143,22 +143,22 @@ class ControlPlane(wiring.Component):
         request = self.i_req.payload
         admit = self.i_req.valid & self.i_req.ready
         q_valid = Signal()
-        q_op = Signal(OP_BITS, reset_less=True)
+        q_op = Signal(Shape.cast(Op), reset_less=True)
         q_addr = Signal(ADDR_BITS, reset_less=True)
         q_worker = Signal(p.worker_bits, reset_less=True)
         m.d.sync += [q_valid.eq(admit), q_op.eq(request.op), q_addr.eq(request.addr),
                      q_worker.eq(request.worker)]
         claimed = C(0, 1)
-        row, route, readout, config_ok, lines = C(0, 1), C(0, 1), C(0, 3), C(0, 1), C(1, 1)
+        row, config_ok, lines = C(0, 1), C(0, 1), C(1, 1)
+        route, readout = C(0, Shape.cast(Route)), C(0, Shape.cast(Readout))
         for w in reversed(range(p.num_windows)):
             base = reg(window_register(w, "BASE"), "ADDR")
             size = reg(window_register(w, "SIZE"), "SLOTS")
             w_route = reg(window_register(w, "CONFIG"), "ROUTE")
             w_readout = reg(window_register(w, "CONFIG"), "READOUT")
-            readout_ok = Mux(
-                w_route == Route.GBINARY,
-                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GBINARY]).any(),
-                Cat(w_readout == r for r in READOUTS_BY_ROUTE[Route.GTERNARY]).any())
+            readout_ok = Cat((w_route == spec.route)
+                             & Cat(w_readout == r.readout for r in spec.readouts).any()
+                             for spec in ROUTE_SPECS.values()).any()
             # The window's standing facts, a cycle behind its registers.
             end = Signal(ADDR_BITS + 1, name=f"win{w}_end", reset_less=True)
             on = Signal(name=f"win{w}_on")
@@ -184,7 +184,8 @@ class ControlPlane(wiring.Component):
             config_ok = Mux(hit, good, config_ok)
             lines = Mux(hit, w_lines, lines)
         q_claimed, q_row, q_config_ok = Signal(), Signal(range(rows)), Signal()
-        q_route, q_readout, q_window_lines = Signal(), Signal(3), Signal(range(most_lines + 1))
+        q_route, q_readout = Signal(Shape.cast(Route)), Signal(Shape.cast(Readout))
+        q_window_lines = Signal(range(most_lines + 1))
         m.d.comb += [q_claimed.eq(claimed), q_row.eq(row), q_route.eq(route),
                      q_readout.eq(readout), q_config_ok.eq(config_ok), q_window_lines.eq(lines)]
         # A readout of k lines: the k - 1 words after it carry its later lines.
@@ -234,8 +235,9 @@ class ControlPlane(wiring.Component):
 
         # ------------------------------------------------------------ 2. word
         word_shape = dict(
-            request=1, beat_word=1, sweep=1, op=OP_BITS, addr=ADDR_BITS, worker=p.worker_bits,
-            claimed=1, row=range(rows), route=1, readout=3, config_ok=1,
+            request=1, beat_word=1, sweep=1, op=Shape.cast(Op), addr=ADDR_BITS,
+            worker=p.worker_bits, claimed=1, row=range(rows), route=Shape.cast(Route),
+            readout=Shape.cast(Readout), config_ok=1,
             beat=range(max(2, most_lines)), last_beat=1, lines=range(most_lines + 1))
 
         def stage(name):
@@ -314,9 +316,11 @@ class ControlPlane(wiring.Component):
             tested = Mux(hit, tests(bitmap), tested)
         duplicate, complete = Signal(), Signal()
         m.d.comb += Cat(duplicate, complete).eq(tested)
-        status = Signal(STATUS_BITS)
+        status = Signal(Shape.cast(Status))
+        # The folds' flags come from the tiles; the rest are decided here.
+        fold_flags = {flag for spec in ROUTE_SPECS.values() for flag in spec.flags}
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS
-                 if flag not in ("SATURATED", "INVALID_CODE")}
+                 if flag not in fold_flags}
         accepted = Signal()        # a write to be folded
         with m.If(~s["claimed"]):
             with m.If(is_read_clear):
@@ -432,19 +436,18 @@ class ControlPlane(wiring.Component):
 
         # ------------------------------------------------------------ flags and counters
         w1_request = Signal()
-        w1_events = Signal(8)
-        w1_flags = Signal(len(flags))
-        names = ("GBIN_LINES", "GTERN_LINES", "FP32_LINES", "RESPONSES", "NOT_READY_COUNT",
-                 "DUPLICATE_COUNT", "BAD_REQUEST_COUNT")
         events = {
-            "GBIN_LINES": fold & gbinary,
-            "GTERN_LINES": fold & ~gbinary,
+            **{spec.lines_counter: fold & (s["route"] == spec.route)
+               for spec in ROUTE_SPECS.values()},
             "FP32_LINES": to_memory,
             "RESPONSES": 1,
             "NOT_READY_COUNT": status == Status.NOT_READY,
             "DUPLICATE_COUNT": status == Status.DUPLICATE,
             "BAD_REQUEST_COUNT": status == Status.BAD_REQUEST,
         }
+        names = tuple(events)
+        w1_events = Signal(len(names))
+        w1_flags = Signal(len(flags))
         m.d.sync += [w1_request.eq(request),
                      w1_events.eq(Cat(events[name] for name in names)),
                      w1_flags.eq(Cat(flags.values()))]
@@ -452,11 +455,12 @@ class ControlPlane(wiring.Component):
             m.d.comb += getattr(regs, f"errors_{flag.lower()}_set").eq(w1_request & bit)
         m.d.comb += [regs.errors_saturated_set.eq(self.saturated),
                      regs.errors_invalid_code_set.eq(self.invalid)]
+        invalid_counters = {spec.invalid_counter for spec in ROUTE_SPECS.values()} - {None}
         for name in COUNTERS:
             counter = Signal(32, name=f"count_{name.lower()}")
             if name == "STALL_CYCLES":
                 event = self.stalled
-            elif name == "INVALID_LINES":
+            elif name in invalid_counters:
                 event = self.invalid
             else:
                 event = w1_request & w1_events[names.index(name)]

@@ -1,4 +1,4 @@
-"""The CSR block, generated from the register map data (DESIGN.md section 6)."""
+"""The CSR block, generated from the register map data (docs/design.md, "Register map")."""
 
 from amaranth.hdl import Array, C, Module, Mux, Signal, Value
 from amaranth.lib import wiring

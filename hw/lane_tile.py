@@ -14,11 +14,11 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.formats import Route, check_counter_bits
+from ..golden.formats import Readout, Route, check_counter_bits
+from .engines import ENGINES
 from .lane_logic import readout_terms, select_line
 from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout
-from .sign_count import SignCountEngine, majority_layout, sign_count_lines
-from .ternary_gate import TernaryGateEngine, ternary_gate_lines
+from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "LOOP_LAYOUT", "FOLD_STAGE", "WRITE_STAGE",
            "READ_WORD_STAGE", "FOLD_WORD_STAGE"]
@@ -66,7 +66,7 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "from_last": 1,       # the previous word wrote this row: fold its result
         "capture": 1,         # keep this word's readout (not a later beat of a readout)
         "gbinary": 1,         # the route whose readout is kept
-        "readout": 3,         # the readout kind (golden ``Readout``)
+        "readout": Readout,   # the readout kind
         "majority": majority_layout(max_workers),
         "gate_less_one": unsigned(counter_bits + 1),
         "beat": range(max(2, readout_lines)),  # which readout line this word answers
@@ -297,11 +297,12 @@ class LaneTile(wiring.Component):
                              kept_not_tie.eq(signs.o.payload.not_tie),
                              kept_gated.eq(terns.o.payload.gated)]
             lines = {
-                **sign_count_lines(kept_sign, kept_not_tie,
-                                   data.View(count_layout(G, CW), kept), counter_bits=CW),
-                **ternary_gate_lines(kept_gated,
-                                     data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
-                                     counter_bits=CW),
+                **ENGINES[Route.GBINARY].lines(kept_sign, kept_not_tie,
+                                               data.View(count_layout(G, CW), kept),
+                                               counter_bits=CW),
+                **ENGINES[Route.GTERNARY].lines(kept_gated,
+                                                data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
+                                                counter_bits=CW),
             }
             terms = []
             for index, (select, readout_line) in enumerate(
@@ -329,16 +330,16 @@ class LaneTile(wiring.Component):
         return m
 
     def _engines(self, m, name):
-        """A G-Binary and a G-Ternary engine for one group of lanes, named ``name``."""
-        signs = SignCountEngine(line_bits=self.group_lanes, max_workers=self.max_workers,
-                                counter_bits=self.counter_bits)
-        codes = TernaryGateEngine(line_bits=self.group_lanes, max_workers=self.max_workers,
-                                  counter_bits=self.counter_bits)
-        m.submodules[f"{name}_sign_count"] = signs
-        m.submodules[f"{name}_ternary_gate"] = codes
-        m.d.comb += [signs.i.valid.eq(1), signs.o.ready.eq(1),
-                     codes.i.valid.eq(1), codes.o.ready.eq(1)]
-        return signs, codes
+        """Every route's engine (:data:`~.engines.ENGINES`) for one group of lanes, named
+        ``<name>_<role>``; returns the G-Binary and the G-Ternary engine."""
+        built = {}
+        for route, engine in ENGINES.items():
+            built[route] = block = engine.component(
+                line_bits=self.group_lanes, max_workers=self.max_workers,
+                counter_bits=self.counter_bits)
+            m.submodules[f"{name}_{engine.role}"] = block
+            m.d.comb += [block.i.valid.eq(1), block.o.ready.eq(1)]
+        return built[Route.GBINARY], built[Route.GTERNARY]
 
 
 def _ring(m, name, *, width, depth, push, data, pop):

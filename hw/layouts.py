@@ -4,49 +4,61 @@ Each wide word is an :mod:`amaranth.lib.data` layout defined here once. Lane ``i
 ``W`` sits at bits ``[i*W + W-1 : i*W]`` of a line, which is :class:`~amaranth.lib.data.ArrayLayout`
 order and the order of :mod:`neuron_fabric.golden.lines`. Widths derive from
 :mod:`neuron_fabric.golden.formats`, so hardware and golden model cannot disagree on them.
+Enumerations (``Op``, ``Status``, ``Route``, ``Readout``) are used as shapes as they are:
+Amaranth infers their width from their members, so a field always holds every member.
 """
 
 from amaranth.hdl import C, Cat, Value, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..golden.controller import Op, Status
 from ..golden.validate import check_int
 from ..golden.formats import (READOUTS_BY_ROUTE, Readout, Route, check_max_workers,
-                              readout_lines_per_slot)
+                              readout_lines_per_slot, route_spec)
 from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE
 
 __all__ = [
-    "vote_layout", "code_layout", "count_layout", "sum_layout",
+    "lane_layout", "state_layout", "vote_layout", "code_layout", "count_layout", "sum_layout",
     "readout_lines", "max_readout_lines", "bit_planes",
-    "check_hw_max_workers", "check_engine_line_bits", "ternary_code", "OP_BITS", "STATUS_BITS",
+    "check_hw_max_workers", "check_engine_line_bits", "ternary_code",
     "request_layout", "response_layout", "mem_request_layout",
     "CSRBusSignature",
 ]
 
-#: Width of the request's operation field (golden ``Op`` values).
-OP_BITS = 2
-#: Width of the response's status field (golden ``Status`` values).
-STATUS_BITS = 2
+
+def lane_layout(route, line_bits):
+    """A written line of ``route``: its lanes of the route's lane width."""
+    spec = route_spec(route)
+    return data.ArrayLayout(unsigned(spec.lane_bits), spec.lanes(line_bits))
+
+
+def state_layout(route, line_bits, counter_bits):
+    """A slot of ``route``: one saturating state per lane, a ``counter_bits`` count or a
+    signed sum one bit wider."""
+    spec = route_spec(route)
+    shape = signed(counter_bits + 1) if spec.signed else unsigned(counter_bits)
+    return data.ArrayLayout(shape, spec.lanes(line_bits))
 
 
 def vote_layout(line_bits):
     """A G-Binary line: one sign vote per lane (1 = negative)."""
-    return data.ArrayLayout(unsigned(1), line_bits)
+    return lane_layout(Route.GBINARY, line_bits)
 
 
 def code_layout(line_bits):
     """A G-Ternary line: one 2-bit code per lane (``00`` 0, ``01`` +1, ``11`` -1, ``10`` invalid)."""
-    return data.ArrayLayout(unsigned(2), line_bits // 2)
+    return lane_layout(Route.GTERNARY, line_bits)
 
 
 def count_layout(line_bits, counter_bits):
     """A G-Binary slot: one saturating counter of negative votes per lane."""
-    return data.ArrayLayout(unsigned(counter_bits), line_bits)
+    return state_layout(Route.GBINARY, line_bits, counter_bits)
 
 
 def sum_layout(line_bits, counter_bits):
     """A G-Ternary slot: one signed saturating sum per lane, one bit wider than a counter."""
-    return data.ArrayLayout(signed(counter_bits + 1), line_bits // 2)
+    return state_layout(Route.GTERNARY, line_bits, counter_bits)
 
 
 def readout_lines(readout, *, counter_bits):
@@ -84,7 +96,7 @@ def bit_planes(lanes, *, planes, lane_bits=1):
 def request_layout(*, line_bits, worker_bits):
     """An upstream request: operation, line address, worker id and the written line."""
     return data.StructLayout({
-        "op": unsigned(OP_BITS),
+        "op": Op,
         "addr": unsigned(ADDR_BITS),
         "worker": unsigned(worker_bits),
         "data": unsigned(line_bits),
@@ -94,7 +106,7 @@ def request_layout(*, line_bits, worker_bits):
 def response_layout(*, line_bits):
     """An upstream response beat: status, ``last`` on a readout's final line, and a line."""
     return data.StructLayout({
-        "status": unsigned(STATUS_BITS),
+        "status": Status,
         "last": unsigned(1),
         "data": unsigned(line_bits),
     })
@@ -150,5 +162,6 @@ def check_engine_line_bits(line_bits):
 
 
 def ternary_code(negative, positive):
-    """The 2-bit code of a lane: ``11`` for -1, ``01`` for +1, ``00`` for 0."""
+    """The 2-bit code of a lane: ``11`` for -1, ``01`` for +1, ``00`` for 0 (the golden
+    model's codes: the low bit says non-zero, the high bit negative)."""
     return Cat(negative | positive, negative)

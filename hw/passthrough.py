@@ -1,4 +1,4 @@
-"""The FP32 passthrough: memory traffic goes downstream and comes back byte-exact (DESIGN.md section 5)."""
+"""The FP32 passthrough: memory traffic, byte-exact both ways (docs/design.md, "FP32 passthrough")."""
 
 from amaranth.hdl import Module, unsigned
 from amaranth.lib import stream, wiring

@@ -1,4 +1,4 @@
-"""The G-Binary sign-count lane engine (DESIGN.md section 3)."""
+"""The G-Binary sign-count lane engine (docs/design.md, "G-Binary")."""
 
 from amaranth.hdl import Cat, Module, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
@@ -93,7 +93,7 @@ class SignCountEngine(wiring.Component):
                 "votes": vote_layout(self.line_bits),
                 "fold": unsigned(self.line_bits),
                 "majority": majority_layout(self.max_workers),
-                "readout": unsigned(3),
+                "readout": Readout,
                 "beat": range(max(2, self.readout_lines)),
             }))),
             "o": Out(stream.Signature(data.StructLayout({

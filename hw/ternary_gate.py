@@ -1,18 +1,16 @@
-"""The G-Ternary gate lane engine (DESIGN.md section 4)."""
+"""The G-Ternary gate lane engine (docs/design.md, "G-Ternary")."""
 
 from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, sum_limit
+from ..golden.gternary import INVALID_CODE, MINUS_CODE, PLUS_CODE
 from .lane_logic import carry_out, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, code_layout,
                       max_readout_lines, readout_lines, sum_layout, ternary_code)
 
 __all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value", "ternary_gate_lines"]
-
-#: The invalid code, ``10``: counts as 0 and is reported.
-INVALID_CODE = 0b10
 
 
 def gate_less_one(gate, *, counter_bits):
@@ -88,7 +86,7 @@ class TernaryGateEngine(wiring.Component):
                 "codes": code_layout(self.line_bits),
                 "fold": unsigned(self.lanes),
                 "gate_less_one": unsigned(self.counter_bits + 1),
-                "readout": unsigned(3),
+                "readout": Readout,
                 "beat": range(max(2, self.readout_lines)),
             }))),
             "o": Out(stream.Signature(data.StructLayout({
@@ -126,8 +124,8 @@ class TernaryGateEngine(wiring.Component):
             magnitude = widen(total[:cw] ^ sign.replicate(cw), cw + 1)
             gated = carry_out(magnitude, below_gate, carry_in=sign)
             m.d.comb += [
-                up[lane].eq(p_in.fold[lane] & (code == 0b01)),
-                down[lane].eq(p_in.fold[lane] & (code == 0b11)),
+                up[lane].eq(p_in.fold[lane] & (code == PLUS_CODE)),
+                down[lane].eq(p_in.fold[lane] & (code == MINUS_CODE)),
                 invalid[lane].eq(p_in.fold[lane] & (code == INVALID_CODE)),
                 saturated[lane].eq(up[lane] & top | down[lane] & bottom),
                 negative[lane].eq(gated & sign),

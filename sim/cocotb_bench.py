@@ -36,6 +36,7 @@ from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
 from ..golden.controller import ControllerModel, Op, Request, Status
 from ..golden.params import FabricParams
+from ..gen.verilog import UNIT_ROLES
 from ..golden.regmap import TIMING_COUNTERS
 from .scenarios import CsrRead, CsrWrite
 
@@ -672,8 +673,8 @@ def record_stats(test, stats, **extra):
 
 # ------------------------------------------------------------------------------ block wrapper
 
-#: Blocks the block testbenches check, by manifest role.
-BLOCK_ROLES = ("sign_count", "ternary_gate", "passthrough", "csr_block")
+#: Blocks the block testbenches check, by manifest role: the generator's standalone blocks.
+BLOCK_ROLES = UNIT_ROLES
 BLOCKS_TOPLEVEL = "nfabric_blocks"
 
 

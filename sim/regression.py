@@ -28,7 +28,6 @@ runner does not fail outside pytest), 2 for bad arguments.
 """
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
@@ -37,7 +36,7 @@ import subprocess
 import sys
 import time
 
-__all__ = ["Job", "jobs_for", "make_runner", "main"]
+__all__ = ["Job", "jobs_for", "main"]
 
 SIMULATORS = ("icarus", "verilator")
 NARROW = dict(line_bits=128, max_workers=4, depth=8, num_windows=2, counter_bits=2)
@@ -82,32 +81,6 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True):
     ]
 
 
-def make_runner(simulator):
-    """cocotb's runner for ``simulator``.
-
-    For Verilator, cocotb builds with ``--public-flat-rw``, which makes every signal of the
-    design visible through VPI and keeps Verilator from optimizing any of them away; the
-    benches touch only the top's ports, so ``--public-depth 1`` takes its place. On the
-    512-bit top that, with ``-O1``, cuts the C++ build from about 20 to about 7 minutes on
-    two busy cores. Waves still show every signal: tracing does not depend on it.
-    """
-    from cocotb_tools.runner import Verilator, get_runner
-
-    if simulator != "verilator":
-        return get_runner(simulator)
-
-    class PortsOnlyVerilator(Verilator):
-        def _build_command(self):
-            commands = super()._build_command()
-            first = []
-            for arg in commands[0]:
-                first += ["--public-depth", "1"] if arg == "--public-flat-rw" else [arg]
-            commands[0] = first
-            return commands
-
-    return PortsOnlyVerilator()
-
-
 def _log(text):
     print(text, flush=True)
 
@@ -129,68 +102,40 @@ def _generate(params, out, log):
     return Manifest(folder)
 
 
-def _run_job(simulator, job, out, *, traces, waves, log):
+def _run_job(simulator, job, out, *, traces, waves, verilator_root, log):
     """Build and run one job; returns its result dict."""
-    from cocotb_tools.check_results import get_results
-
-    from .cocotb_bench import BLOCKS_TOPLEVEL, Manifest, blocks_wrapper
+    from .cocotb_bench import Manifest
+    from .cocotb_run import manifest_design, run_cocotb
+    from .toolchain import ToolchainError
 
     manifest = Manifest(job.manifest)
     work = (out / simulator / job.name).resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    design = manifest_design(manifest, job.role, work)
     stats_file = work / "stats.jsonl"
     stats_file.unlink(missing_ok=True)
-    if job.role == "blocks":
-        toplevel = BLOCKS_TOPLEVEL
-        wrapper = work / f"{BLOCKS_TOPLEVEL}.v"
-        wrapper.write_text(blocks_wrapper(manifest), encoding="utf-8")
-        sources = [manifest.source(role) for role in ("sign_count", "ternary_gate",
-                                                      "passthrough", "csr_block")] + [wrapper]
-    else:
-        toplevel = manifest.block(job.role)["module"]
-        sources = [manifest.source(job.role)]
-    build_args = []
-    if simulator == "verilator":
-        # The generator's Verilator configuration holds the lint waivers; -O1 instead of
-        # verilated.mk's -Os compiles the 512-bit top in less than half the time and runs
-        # it as fast.
-        sources = [manifest.folder / manifest.data["verilator_config"], *sources]
-        build_args = ["-Wno-fatal", "-CFLAGS", "-O1"]
-    runner = make_runner(simulator)
-    result = dict(simulator=simulator, job=job.name, toplevel=toplevel,
-                  params=manifest.params.name, tests=0, failed=0)
-    started = time.perf_counter()
-    log(f"sim: {simulator}/{job.name}: building {toplevel} ({manifest.params.name})")
-    try:
-        runner.build(sources=sources, hdl_toplevel=toplevel, build_dir=work / "sim_build",
-                     always=simulator == "icarus", build_args=build_args, waves=waves,
-                     timescale=("1ns", "1ps"), log_file=work / "build.log")
-    except (RuntimeError, SystemExit) as error:
-        result.update(build_s=time.perf_counter() - started, error=f"build failed: {error}; "
-                      f"see {work / 'build.log'}")
-        log(f"sim: {simulator}/{job.name}: BUILD FAILED, see {work / 'build.log'}")
-        return result
-    result["build_s"] = time.perf_counter() - started
-    log(f"sim: {simulator}/{job.name}: built in {result['build_s']:.1f} s; running tests")
     env = {"NFABRIC_MANIFEST": str(manifest.folder.resolve()),
            "NFABRIC_STATS": str(stats_file), **dict(job.env)}
     if traces is not None:
         env["NFABRIC_TRACES"] = str(pathlib.Path(traces).resolve())
-    started = time.perf_counter()
-    results_xml = work / "results.xml"
-    results_xml.unlink(missing_ok=True)
+    result = dict(simulator=simulator, job=job.name, toplevel=design["toplevel"],
+                  params=manifest.params.name, tests=0, failed=0)
+    label = f"sim: {simulator}/{job.name}: "
     try:
-        runner.test(test_module=job.module, hdl_toplevel=toplevel, hdl_toplevel_lang="verilog",
-                    test_dir=work, results_xml=str(results_xml), test_filter=job.test_filter,
-                    timescale=("1ns", "1ps"), log_file=work / "run.log", extra_env=env,
-                    waves=waves)
-    except (RuntimeError, SystemExit) as error:
-        result["error"] = f"run failed: {error}"
-    result["run_s"] = time.perf_counter() - started
-    if results_xml.is_file():
-        result["tests"], result["failed"] = get_results(results_xml)
-    elif "error" not in result:
-        result["error"] = f"no {results_xml}: the simulator did not finish, see {work / 'run.log'}"
+        run = run_cocotb(simulator, **design, test_module=job.module, work=work, env=env,
+                         test_filter=job.test_filter, waves=waves,
+                         verilator_root=verilator_root,
+                         log=lambda text: log(label + text))
+    except ToolchainError as error:
+        result["error"] = str(error)
+        log(f"{label}FAILED: {error}")
+        return result
+    result.update(tests=run.tests, failed=run.failed, build_s=run.build_s)
+    if run.error:
+        result["error"] = run.error
+    if not run.ran:
+        log(f"{label}BUILD FAILED, see {run.build_log}")
+        return result
+    result["run_s"] = run.run_s
     entries = []
     if stats_file.is_file():
         entries = [json.loads(line) for line in stats_file.read_text().splitlines() if line]
@@ -198,11 +143,8 @@ def _run_job(simulator, job, out, *, traces, waves, log):
     for key in ("cycles", "lines", "mem_lines", "requests", "csr_reads"):
         result[key] = sum(e.get(key, 0) for e in entries)
     result["sim_wall_s"] = sum(e.get("wall", 0.0) for e in entries)
-    if result["failed"] or result["tests"] == 0:
-        result.setdefault("error", f"{result['failed']} of {result['tests']} tests failed; "
-                                   f"see {work / 'run.log'}")
     verdict = "FAILED" if "error" in result else "ok"
-    log(f"sim: {simulator}/{job.name}: {verdict}: {result['tests'] - result['failed']}/"
+    log(f"{label}{verdict}: {result['tests'] - result['failed']}/"
         f"{result['tests']} tests, {result['lines'] + result['mem_lines']} lines checked, "
         f"{result['cycles']} cycles in {result['run_s']:.1f} s"
         + (f": {result['error']}" if "error" in result else ""))
@@ -211,22 +153,15 @@ def _run_job(simulator, job, out, *, traces, waves, log):
 
 def _worker(args):
     """Run every job of one simulator; write ``OUT/<sim>/result.json``."""
-    from .toolchain import check_iverilog, default_verilator_root, verilator_environment
-
     out = pathlib.Path(args.out)
     folders = json.loads(args.worker_jobs)
     jobs = jobs_for(args.worker, seeds=args.seeds, full_traces=not args.quick_traces, **folders)
-    if args.worker == "verilator":
-        environment = verilator_environment(args.verilator_root or default_verilator_root())
-    else:
-        check_iverilog()
-        environment = contextlib.nullcontext()
     results = []
     prefix = f"[{args.worker}] "
-    with environment:
-        for job in jobs:
-            results.append(_run_job(args.worker, job, out, traces=args.traces, waves=args.waves,
-                                    log=lambda text: _log(prefix + text)))
+    for job in jobs:
+        results.append(_run_job(args.worker, job, out, traces=args.traces, waves=args.waves,
+                                verilator_root=args.verilator_root,
+                                log=lambda text: _log(prefix + text)))
     (out / args.worker).mkdir(parents=True, exist_ok=True)
     (out / args.worker / "result.json").write_text(json.dumps(results, indent=1) + "\n")
     return 1 if any("error" in r for r in results) else 0

@@ -109,7 +109,8 @@ async def sign_count_folds_and_reads_out_like_the_model(dut, seed):
         counts = np.minimum(counts, limit)
         votes = rng.integers(0, 2, L)
         fold = (rng.random(L) < 0.7).astype(int)  # a bit per lane
-        readout = READOUTS_BY_ROUTE[Route.GBINARY][n % 3]
+        readouts = READOUTS_BY_ROUTE[Route.GBINARY]
+        readout = readouts[n % len(readouts)]
         beat = int(rng.integers(0, max(2, CW)))
         word = i.layout.pack(counts=gl.lanes_to_int(counts, lane_bits=CW),
                              votes=gl.lanes_to_int(votes, lane_bits=1),
@@ -155,7 +156,8 @@ async def ternary_gate_folds_and_reads_out_like_the_model(dut, seed):
                            [0.34, 0.33, 0.33, 0.0])
         fold = (rng.random(lanes) < 0.7).astype(int)  # a bit per lane
         gate = int(rng.choice([0, 1, int(rng.integers(0, limit + 2)), 255]))
-        readout = READOUTS_BY_ROUTE[Route.GTERNARY][n % 2]
+        readouts = READOUTS_BY_ROUTE[Route.GTERNARY]
+        readout = readouts[n % len(readouts)]
         beat = int(rng.integers(0, max(2, (CW + 2) // 2)))
         word = i.layout.pack(sums=gl.lanes_to_int(sums, lane_bits=CW + 1),
                              codes=gl.lanes_to_int(codes, lane_bits=2),

@@ -16,8 +16,9 @@ Command line (``python -m neuron_fabric.sim.toolchain``):
     run finds the tree up to date and only re-checks it.
 
 ``check [--root DIR] [--build-dir DIR] [--sim icarus|verilator ...]``
-    Build and run a small counter under cocotb with Icarus and with the relocated Verilator;
-    print per simulator ok/failed, build and run time. Exits non-zero if any simulator fails.
+    Build and run a small counter under cocotb with Icarus and with the relocated Verilator,
+    as every testbench is run (:func:`neuron_fabric.sim.cocotb_run.run_cocotb`); print per
+    simulator ok/failed, build and run time. Exits non-zero if any simulator fails.
 
 Every failure raises :class:`ToolchainError` whose message names the bad input, the rule and
 what to do; the command line prints it and exits with status 1.
@@ -512,70 +513,26 @@ class SmokeResult:
 
 def _run_smoke_one(simulator: str, build_dir: Path, verilator_root: Path | None,
                    test_module: str) -> SmokeResult:
-    from cocotb_tools.check_results import get_results
-    from cocotb_tools.runner import get_runner
+    from .cocotb_run import run_cocotb
 
     sim_dir = build_dir / simulator
     sim_dir.mkdir(parents=True, exist_ok=True)
     source = sim_dir / f"{SMOKE_TOPLEVEL}.v"
     source.write_text(SMOKE_VERILOG, encoding="utf-8")
-    results_xml = (sim_dir / "results.xml").resolve()
-    build_s = run_s = float("nan")
-    tests = failed = 0
+    # Split the model into several C++ files, as Verilator does for large designs: such a
+    # build goes through precompiled headers, which is what the CFG_CXXFLAGS_PCH_I patch
+    # repairs, so the tiny counter exercises it too.
+    build_args = ["--output-split", "200"] if simulator == "verilator" else []
+    run = run_cocotb(simulator, toplevel=SMOKE_TOPLEVEL, sources=[source],
+                     test_module=test_module, work=sim_dir, build_args=build_args,
+                     verilator_root=verilator_root)
     pch_used = None
-
-    if simulator == "verilator":
-        if verilator_root is None:
-            verilator_root = default_verilator_root()
-        verilator_version(verilator_root)
-        environment = verilator_environment(verilator_root)
-        # Split the model into several C++ files, as Verilator does for large designs:
-        # such a build goes through precompiled headers, which is what the
-        # CFG_CXXFLAGS_PCH_I patch repairs, so the tiny counter exercises it too.
-        build_args = ["--output-split", "200"]
-    else:
-        check_iverilog()
-        environment = contextlib.nullcontext()
-        build_args = []
-
-    stage = "build"
-    try:
-        with environment:
-            runner = get_runner(simulator)
-            started = time.perf_counter()
-            runner.build(sources=[source], hdl_toplevel=SMOKE_TOPLEVEL,
-                         build_dir=sim_dir / "sim_build", always=True, build_args=build_args,
-                         timescale=("1ns", "1ps"), log_file=sim_dir / "build.log")
-            build_s = time.perf_counter() - started
-            if simulator == "verilator":
-                classes_mk = (sim_dir / "sim_build" / "Vtop_classes.mk").read_text("utf-8")
-                pch_used = re.search(r"^VM_PARALLEL_BUILDS\s*=\s*1\s*$", classes_mk,
-                                     re.MULTILINE) is not None
-            stage = "run"
-            started = time.perf_counter()
-            runner.test(test_module=test_module, hdl_toplevel=SMOKE_TOPLEVEL,
-                        hdl_toplevel_lang="verilog", test_dir=sim_dir,
-                        results_xml=str(results_xml), timescale=("1ns", "1ps"),
-                        log_file=sim_dir / "run.log")
-            run_s = time.perf_counter() - started
-    except (Exception, SystemExit) as error:
-        log_name = "build.log" if stage == "build" else "run.log"
-        return SmokeResult(simulator, False, build_s, run_s, tests, failed,
-                           f"{stage} failed ({type(error).__name__}: {error}); see "
-                           f"{sim_dir / log_name}", results_xml, pch_used)
-
-    try:
-        tests, failed = get_results(results_xml)
-    except RuntimeError as error:
-        return SmokeResult(simulator, False, build_s, run_s, 0, 0,
-                           f"{error}; see {sim_dir / 'run.log'}", results_xml, pch_used)
-    if tests == 0 or failed:
-        return SmokeResult(simulator, False, build_s, run_s, tests, failed,
-                           f"{failed} of {tests} cocotb tests failed (a run with no tests "
-                           f"counts as failed); see {sim_dir / 'run.log'} and {results_xml}",
-                           results_xml, pch_used)
-    return SmokeResult(simulator, True, build_s, run_s, tests, failed, "", results_xml,
-                       pch_used)
+    classes_mk = run.work / "sim_build" / "Vtop_classes.mk"
+    if simulator == "verilator" and classes_mk.is_file():
+        pch_used = re.search(r"^VM_PARALLEL_BUILDS\s*=\s*1\s*$",
+                             classes_mk.read_text("utf-8"), re.MULTILINE) is not None
+    return SmokeResult(simulator, run.ok, run.build_s, run.run_s, run.tests, run.failed,
+                       run.error, run.results_xml, pch_used)
 
 
 def run_smoke_check(*, build_dir: Path | str, verilator_root: Path | str | None = None,

@@ -2,11 +2,11 @@
 
 The small preset (128-bit lines, 4 workers) is generated into a temporary folder, built with
 Icarus and run with :mod:`neuron_fabric.sim.tb_controller`: reset values of every register,
-one step of both real-gradient traces (the session's reduced captures) through a G-Binary
+one step of both real-gradient traces (the test suite's reduced captures) through a G-Binary
 and a G-Ternary window and the FP32 passthrough, memory traffic outside the windows, the
-write-1-to-clear flags, resets in mid traffic and long stalls of both output ports. Further runs plant a bug in a copy of the Verilog (the majority tie
-rule inverted; tile 3 alone never forwarding) and require the scoreboard to catch it.
-``make sim`` runs the full regression.
+write-1-to-clear flags, resets in mid traffic and long stalls of both output ports. Further
+runs plant a bug in a copy of the Verilog (the majority tie rule inverted; tile 3 alone never
+forwarding) and require the scoreboard to catch it. ``make sim`` runs the full regression.
 """
 
 import re
@@ -14,7 +14,7 @@ import re
 import pytest
 
 from neuron_fabric.golden.params import PRESETS
-from neuron_fabric.sim import toolchain
+from neuron_fabric.sim.cocotb_run import manifest_design, run_cocotb
 
 TESTS = ("registers_read_their_reset_values|real_gradients|requests_outside_every_window"
          "|error_flags_clear_on_writing_one|reset_in_mid_traffic|long_downstream_stalls")
@@ -32,31 +32,14 @@ def small_verilog(tmp_path_factory):
 def run_icarus(verilog, work, traces, *, test_filter, seed):
     """Build the top in ``verilog`` with Icarus, run the filtered tests; return
     ``(tests, failed, run.log text)``."""
-    toolchain.check_iverilog()
-    from cocotb_tools.check_results import get_results
-    from cocotb_tools.runner import get_runner
-
-    from neuron_fabric.sim.cocotb_bench import Manifest
-
-    manifest = Manifest(verilog)
-    top = manifest.block("controller")
-    runner = get_runner("icarus")
-    runner.build(sources=[verilog / top["file"]], hdl_toplevel=top["module"],
-                 build_dir=work / "sim_build", always=True, timescale=("1ns", "1ps"),
-                 log_file=work / "build.log")
-    results = work / "results.xml"
     env = {"NFABRIC_MANIFEST": str(verilog), "NFABRIC_SEEDS": str(seed),
            "NFABRIC_TRACES": str(traces["digits_cnn"].path.parent),
            "NFABRIC_TRACE_STEPS": "1", "NFABRIC_TRACE_LINES": "1"}
-    try:
-        runner.test(test_module="neuron_fabric.sim.tb_controller", hdl_toplevel=top["module"],
-                    hdl_toplevel_lang="verilog", test_dir=work, results_xml=str(results),
-                    test_filter=test_filter, timescale=("1ns", "1ps"),
-                    log_file=work / "run.log", extra_env=env)
-    except SystemExit:
-        pass  # under pytest the runner exits on a failing test; results.xml says which
-    tests, failed = get_results(results)
-    return tests, failed, (work / "run.log").read_text(encoding="utf-8", errors="replace")
+    run = run_cocotb("icarus", **manifest_design(verilog, "controller", work),
+                     test_module="neuron_fabric.sim.tb_controller", work=work, env=env,
+                     test_filter=test_filter)
+    assert run.ran, run.error
+    return run.tests, run.failed, run.log_text()
 
 
 @pytest.mark.parametrize("seed", [5])
@@ -71,8 +54,8 @@ def plant_inverted_tie_rule(source, target):
     """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
 
     Each sign-count engine tests ``n > N // 2`` against the inverted threshold
-    ``below_negative``; the planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the inverted ``ceil(N / 2)``),
-    which differs for an even N only: a tie then reads negative.
+    ``below_negative``; the planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the
+    inverted ``ceil(N / 2)``), which differs for an even N only: a tie then reads negative.
     """
     text = source.read_text(encoding="utf-8")
     planted, count = re.subn(r"assign (\S*)below_negative = [^;]+;",

@@ -2,7 +2,8 @@
 
 The block is emitted with Amaranth (``emit_src=False``), passed through Yosys
 (``proc; opt_clean; write_verilog -noattr``, so that Icarus gets plain ``assign``s instead of
-``always @*`` blocks that can stay X), built and run with cocotb's runner. The cocotb module
+``always @*`` blocks that can stay X), built and run with
+:func:`neuron_fabric.sim.cocotb_run.run_cocotb`. The cocotb module
 compares the writes with the reference model; a failing cocotb test fails this test.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from neuron_fabric.sim import toolchain
+from neuron_fabric.sim.cocotb_run import run_cocotb
 
 TOPLEVEL = "combiner_top"
 
@@ -54,20 +55,9 @@ def emit_verilog(params, folder):
 @pytest.mark.parametrize("seed", [7])
 @pytest.mark.parametrize("config", CONFIGS)
 def test_verilog_matches_the_model_on_icarus(tmp_path, config, seed):
-    toolchain.check_iverilog()
-    from cocotb_tools.runner import get_runner
-
     source = emit_verilog(CONFIGS[config], tmp_path)
-    runner = get_runner("icarus")
-    runner.build(sources=[source], hdl_toplevel=TOPLEVEL, build_dir=tmp_path / "sim_build",
-                 always=True, timescale=("1ns", "1ps"), log_file=tmp_path / "build.log")
-    results = tmp_path / "results.xml"
-    runner.test(test_module="neuron_fabric.sim.combiner_tb", hdl_toplevel=TOPLEVEL,
-                hdl_toplevel_lang="verilog", test_dir=tmp_path, results_xml=str(results),
-                timescale=("1ns", "1ps"), log_file=tmp_path / "run.log",
-                extra_env={"COMBINER_PARAMS": json.dumps(CONFIGS[config]),
-                           "COMBINER_SEED": str(seed)})
-    from cocotb_tools.check_results import get_results
-
-    tests, failed = get_results(results)
-    assert (tests, failed) == (2, 0), f"see {tmp_path / 'run.log'}"
+    run = run_cocotb("icarus", toplevel=TOPLEVEL, sources=[source],
+                     test_module="neuron_fabric.sim.combiner_tb", work=tmp_path,
+                     env={"COMBINER_PARAMS": json.dumps(CONFIGS[config]),
+                          "COMBINER_SEED": str(seed)})
+    assert (run.tests, run.failed) == (2, 0), run.error

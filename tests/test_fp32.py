@@ -1,4 +1,4 @@
-"""FP32 path (DESIGN.md section 5): byte-exact identity, whatever the bytes are."""
+"""FP32 path (docs/design.md, "FP32 passthrough"): byte-exact identity, whatever the bytes are."""
 
 import numpy as np
 import pytest

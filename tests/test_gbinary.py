@@ -1,4 +1,4 @@
-"""G-Binary golden model (DESIGN.md section 3): encode, aggregate, majority, readouts.
+"""G-Binary golden model (docs/design.md, "G-Binary"): encode, aggregate, majority, readouts.
 
 References here are deliberately plain: per-element Python comparisons, ``np.unpackbits`` and a
 sum for the counts, a Python big integer for each readout line, and a PyTorch sign-majority.

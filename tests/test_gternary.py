@@ -1,4 +1,4 @@
-"""G-Ternary golden model (DESIGN.md section 4): ternarize, encode, aggregate, gate, readouts."""
+"""G-Ternary golden model (docs/design.md, "G-Ternary"): ternarize, encode, aggregate, readouts."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Line format (DESIGN.md section 2): byte order, lane order, padding, validation.
+"""Line format (docs/design.md, "Line format"): byte order, lane order, padding, validation.
 
 The packers are checked against an independent construction with Python big integers:
 a line is ``int.from_bytes(line, "little")`` and lane ``i`` of width ``W`` is bits

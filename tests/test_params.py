@@ -298,3 +298,46 @@ def test_check_generator_messages():
             "rng must be a numpy.random.Generator (for example numpy.random.default_rng(seed)), "
             "not RandomState")):
         validate.check_generator(np.random.RandomState(0))
+
+
+# ------------------------------------------------------------------ the route registry
+
+def test_every_readout_is_registered_with_exactly_one_route():
+    registered = [r.readout for spec in formats.ROUTE_SPECS.values() for r in spec.readouts]
+    assert sorted(registered) == sorted(Readout)
+    assert list(formats.ROUTE_SPECS) == list(Route)
+    assert all(spec.route is route for route, spec in formats.ROUTE_SPECS.items())
+
+
+def test_route_names_are_unique_and_look_up_their_spec():
+    names = [spec.name for spec in formats.ROUTE_SPECS.values()]
+    assert len(set(names)) == len(names)
+    for spec in formats.ROUTE_SPECS.values():
+        assert formats.route_spec(spec.name) is spec
+        assert formats.route_spec(int(spec.route)) is spec
+    with pytest.raises(ValueError, match=exact("route must be one of gbinary, gternary, not 'fp32'")):
+        formats.route_spec("fp32")
+
+
+@pytest.mark.parametrize("route", list(Route))
+def test_each_route_names_a_golden_module_with_the_common_functions(route):
+    spec = formats.ROUTE_SPECS[route]
+    for name in ("encode", "aggregate", "aggregate_planes", "readout", "readout_planes",
+                 "parse_readout", "decode"):
+        assert callable(getattr(spec.golden, name)), (spec.model, name)
+
+
+@pytest.mark.parametrize("route", list(Route))
+def test_a_routes_lanes_are_what_its_encoder_fills(route):
+    spec = formats.ROUTE_SPECS[route]
+    lanes = spec.lanes(128)
+    grad = -np.ones(lanes + 1, dtype=np.float32)  # one lane past a line: two lines
+    kwargs = {"ratio": 0.0} if route is Route.GTERNARY else {}
+    assert spec.golden.encode(grad, line_bits=128, **kwargs).shape == (2, 16)
+    assert spec.golden.encode(grad[:lanes], line_bits=128, **kwargs).shape == (1, 16)
+
+
+def test_enum_bits_is_the_width_that_holds_every_member():
+    assert formats.enum_bits(Route) == 1
+    assert formats.enum_bits(Readout) == 3
+    assert formats.GATE_MAX == 2**formats.GATE_BITS - 1

@@ -105,3 +105,21 @@ def test_markdown_reference_lists_every_register_and_field():
         for f in reg.fields:
             assert f"| {f.name} | {f.access.value} |" in text
     assert "`0x4e464142`" in text  # the ID register's reset value
+
+
+def test_enum_fields_are_as_wide_as_their_enums():
+    from neuron_fabric.golden.formats import GATE_MAX, Readout, Route, enum_bits
+    config = register_map()["WIN0_CONFIG"]
+    assert config.field("ROUTE").width == enum_bits(Route)
+    assert config.field("READOUT").width == enum_bits(Readout)
+    assert (1 << register_map()["GATE"].field("GATE").width) - 1 == GATE_MAX
+
+
+def test_every_routes_counters_and_flags_are_registers():
+    from neuron_fabric.golden.formats import ROUTE_SPECS
+    for spec in ROUTE_SPECS.values():
+        assert spec.lines_counter in COUNTERS
+        assert spec.invalid_counter is None or spec.invalid_counter in COUNTERS
+        assert set(spec.flags) <= set(ERROR_FLAGS)
+    # The counters of folded lines come first, in route order.
+    assert COUNTERS[:len(ROUTE_SPECS)] == tuple(s.lines_counter for s in ROUTE_SPECS.values())

@@ -273,3 +273,17 @@ def test_policy_monitors_only_roles_the_model_has():
     policy = RuntimePolicy(load_profile("gbinary"), roles={"w": "backbone", "out": "head"},
                            world_size=4, caps=DeviceCaps.from_params())
     assert policy.monitor.regions == ("head", "backbone")
+
+
+def test_route_names_are_the_golden_registrys():
+    from neuron_fabric.golden.formats import READOUT_SPECS, ROUTE_SPECS
+    assert runtime.LOW_BIT_ROUTES == tuple(spec.name for spec in ROUTE_SPECS.values())
+    assert runtime.ROUTES == (FP32,) + runtime.LOW_BIT_ROUTES
+    assert (GBINARY, GTERNARY) == runtime.LOW_BIT_ROUTES
+    # A profile has an options table per low-bit route, named as the route.
+    fields = {field.name for field in dataclasses.fields(runtime.Profile)}
+    assert set(runtime.LOW_BIT_ROUTES) <= fields
+    gbinary_spec = next(spec for spec in ROUTE_SPECS.values() if spec.name == GBINARY)
+    for name, readout in runtime.GBINARY_READOUTS.items():
+        assert READOUT_SPECS[readout].name == name
+        assert READOUT_SPECS[readout] in gbinary_spec.readouts
