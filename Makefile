@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check results clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
@@ -37,6 +37,7 @@ help:
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
+	@echo "make traffic-scale traffic of every profile on ResNet-18/50, DistilBERT, GPT-2 ($(BUILD)/traffic/, seconds)"
 	@echo "make results       rewrite the README's results table from the reports under $(BUILD)/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
@@ -129,6 +130,11 @@ train-check: $(BUILD)/train/report.json
 
 $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
 	$(PY) -m neuron_fabric.experiments.train_check --out $(BUILD)/train
+
+# Device traffic and collective bytes of every profile on full-size models, counted from their
+# parameter trees as the hooks count them (a few seconds; not part of `all`).
+traffic-scale: venv
+	$(PY) -m neuron_fabric.experiments.traffic_scale --out $(BUILD)/traffic
 
 # The README's results table, rewritten between its markers from the reports under $(BUILD)/;
 # a report not written yet shows as "not measured yet" with the target that writes it.

@@ -10,7 +10,9 @@ Reads the JSON reports the ``make`` targets write under ``--build``:
   the FP32, static G-Binary and runtime-policy arms of each group;
 - ``combiner/report.json`` (``make combiner-eval``): the write-combining accumulator's byte
   reduction;
-- ``bench/golden.json`` (``make bench-golden``): golden-model throughput.
+- ``bench/golden.json`` (``make bench-golden``): golden-model throughput;
+- ``traffic/report.json`` (``make traffic-scale``): the layer-aware profile's device traffic
+  on the paper-scale parameter trees.
 
 With ``--readme``, the table replaces what lies between the two markers :data:`BEGIN` and
 :data:`END` in that file, and nothing else; without it, the table is printed. A row whose
@@ -55,6 +57,7 @@ SOURCES = {
     "train": Source("train-check", "train/report.json", "train/report.md"),
     "combiner": Source("combiner-eval", "combiner/report.json", "combiner/report.md"),
     "bench": Source("bench-golden", "bench/golden.json", "bench/golden.md"),
+    "traffic": Source("traffic-scale", "traffic/report.json", "traffic/report.md"),
 }
 
 
@@ -181,6 +184,23 @@ def combiner(report):
     return text
 
 
+# ---------------------------------------------------------------------------- paper scale
+
+#: The models the paper-scale row shows, with their short labels.
+TRAFFIC_MODELS = (("resnet18_cifar100", "ResNet-18/CIFAR-100"), ("resnet18_imagenet", "ResNet-18"),
+                  ("resnet50_imagenet", "ResNet-50"), ("distilbert_sst2", "DistilBERT"),
+                  ("gpt2_small", "GPT-2 small"))
+
+
+def traffic(report):
+    models = _get(report, "models")
+    parts = [f"{label} {100 * _get(models, key, 'profiles', 'layer_gbinary', 'device_share_steady'):.2f}%"
+             for key, label in TRAFFIC_MODELS if key in models]
+    if not parts:
+        raise Missing("no model")
+    return "layer-aware G-Binary device traffic, % of FP32 after warm-up: " + ", ".join(parts)
+
+
 # ---------------------------------------------------------------------------- benchmark
 
 def bench(results):
@@ -208,6 +228,7 @@ ROWS = (
     ("Training, label-sorted digits (test accuracy)", "train", training("hard")),
     ("Write combiner: bytes written, reduction", "combiner", combiner),
     ("Golden model, one core", "bench", bench),
+    ("Traffic at paper scale", "traffic", traffic),
 )
 
 

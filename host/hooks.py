@@ -50,9 +50,13 @@ from ..golden.lines import line_bytes
 from .runtime import (FP32, GBINARY, GTERNARY, LOW_BIT_ROUTES, ROUTES, DeviceCaps,
                       GBinaryOptions, GTernaryOptions, RegionStats, check_capacity)
 
-__all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments"]
+__all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments",
+           "CONTROL_VALUES_PER_PARAMETER"]
 
 CONTROL = "control"
+#: The float64 statistics every parameter of a bucket all-reduces each step: its non-finite
+#: count, sum |p| (p = gradient plus residual) and sum g^2.
+CONTROL_VALUES_PER_PARAMETER = 3
 
 
 @dataclasses.dataclass
@@ -122,6 +126,14 @@ class TrafficMeter:
         entry.sent += nbytes
         entry.received += nbytes
         entry.collectives += 1
+
+    def count_window(self, route, elements, *, readout, counter_bits, world_size):
+        """``elements`` values of ``route`` written as lines to a window and read back with
+        ``readout``: the lines they fill and the readout lines of those slots."""
+        lines = -(-elements // route_spec(route).lanes(self.line_bits))
+        per_slot = readout_lines_per_slot(readout, counter_bits=counter_bits)
+        self.count_low_bit(route, elements, lines=lines, readout_lines=lines * per_slot,
+                           world_size=world_size)
 
     def count_low_bit(self, route, elements, *, lines, readout_lines, world_size):
         """A low-bit exchange: ``lines`` written by this worker, ``readout_lines`` read back."""
@@ -332,8 +344,7 @@ class FabricHook:
         flat = buffer.detach().numpy()
         routes = [self.routes[name] for name, _, _ in segments]
 
-        # Per parameter: non-finite count, sum |p| (p = gradient plus residual), sum g^2.
-        local = np.zeros((len(segments), 3), dtype=np.float64)
+        local = np.zeros((len(segments), CONTROL_VALUES_PER_PARAMETER), dtype=np.float64)
         compressed = {}
         for index, (name, offset, numel) in enumerate(segments):
             grad = flat[offset:offset + numel]
@@ -457,10 +468,8 @@ class FabricHook:
                                      counter_bits=caps.counter_bits).astype(np.float32)
             agreement = np.abs(sums.reshape(-1)[:count].astype(np.float32)) / world
             own = None if own is None else own.astype(np.float32)
-        per_slot = readout_lines_per_slot(readout, counter_bits=caps.counter_bits)
-        n_lines = -(-count // route_spec(route).lanes(self.line_bits))
-        self.traffic.count_low_bit(route, count, lines=n_lines, readout_lines=n_lines * per_slot,
-                                   world_size=world)
+        self.traffic.count_window(route, count, readout=readout, counter_bits=caps.counter_bits,
+                                  world_size=world)
 
         # Scale the -1/0/+1 aggregate by the workers' mean |p|: a lane the device reads as 0
         # (a tie, or a sum under the gate) moves nothing, a decided lane moves by the mean.

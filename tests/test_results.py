@@ -71,6 +71,12 @@ def _fake_reports(build):
         "workers": 8, "encode_share_of_copy": {"gbinary": 0.9, "gternary": 0.58},
         "lanes_per_s": {"gbinary_aggregate_planes": 3.47e9, "gternary_aggregate_planes": 1.06e9}})
 
+    def model(share):
+        return {"profiles": {"layer_gbinary": {"device_share_steady": share}}}
+
+    _write(build / "traffic" / "report.json", {"models": {
+        "gpt2_small": model(0.3388), "resnet18_imagenet": model(0.0746)}})
+
 
 def _rows(text):
     """The table's data rows as {result: (measured, report)}."""
@@ -118,6 +124,9 @@ def test_table_rows_come_from_the_reports(tmp_path):
     assert rows["Golden model, one core"] == (
         "encode at 0.90x (G-Binary) and 0.58x (G-Ternary) a memory copy's bandwidth; "
         "8-worker aggregation 3.47 and 1.06 G lanes/s", "`build/bench/golden.md`")
+    assert rows["Traffic at paper scale"] == (
+        "layer-aware G-Binary device traffic, % of FP32 after warm-up: ResNet-18 7.46%, "
+        "GPT-2 small 33.88%", "`build/traffic/report.md`")
 
 
 def test_absent_reports_read_not_measured_yet(tmp_path):
