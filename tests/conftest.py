@@ -21,3 +21,15 @@ def traces(tmp_path_factory):
     return {workload: traces_module.load(traces_module.capture(workload, out, workers=4,
                                                                seed=0, **options))
             for workload, options in SMALL_TRACES.items()}
+
+
+@pytest.fixture(scope="session")
+def small_verilog(tmp_path_factory):
+    """The small preset's Verilog folder (``make verilog PRESET=small``), generated once per
+    pytest run for every cocotb test that builds it."""
+    from neuron_fabric.gen.verilog import generate
+    from neuron_fabric.golden.params import PRESETS
+
+    folder = tmp_path_factory.mktemp("verilog") / PRESETS["small"].name
+    generate(PRESETS["small"], folder, log=lambda line: None)
+    return folder

@@ -8,21 +8,11 @@ vectors on Icarus and Verilator.
 
 import pytest
 
-from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.sim.cocotb_bench import BLOCK_ROLES
 from neuron_fabric.sim.cocotb_run import manifest_design, run_cocotb
 
 #: Input vectors per lane-engine test: Icarus spends a good part of a second on each.
 VECTORS = 6
-
-
-@pytest.fixture(scope="module")
-def small_verilog(tmp_path_factory):
-    from neuron_fabric.gen.verilog import generate
-
-    folder = tmp_path_factory.mktemp("verilog") / PRESETS["small"].name
-    generate(PRESETS["small"], folder, log=lambda line: None)
-    return folder
 
 
 @pytest.mark.parametrize("seed", [3])

@@ -20,15 +20,6 @@ TESTS = ("registers_read_their_reset_values|real_gradients|requests_outside_ever
          "|error_flags_clear_on_writing_one|reset_in_mid_traffic|long_downstream_stalls")
 
 
-@pytest.fixture(scope="module")
-def small_verilog(tmp_path_factory):
-    from neuron_fabric.gen.verilog import generate
-
-    folder = tmp_path_factory.mktemp("verilog") / PRESETS["small"].name
-    generate(PRESETS["small"], folder, log=lambda line: None)
-    return folder
-
-
 def run_icarus(verilog, work, traces, *, test_filter, seed):
     """Build the top in ``verilog`` with Icarus, run the filtered tests; return
     ``(tests, failed, run.log text)``."""

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
+from ddp_fakes import FakeBucket  # noqa: E402
 from neuron_fabric.golden import gbinary, gternary  # noqa: E402
 from neuron_fabric.host import hooks  # noqa: E402
 from neuron_fabric.golden.params import FabricParams  # noqa: E402
@@ -41,24 +42,6 @@ class Net(torch.nn.Module):
         super().__init__()
         self.body = torch.nn.Linear(30, 40)     # weight 1200 (backbone), bias 40
         self.head = torch.nn.Linear(40, 3)      # weight 120, bias 3 (head)
-
-
-class FakeBucket:
-    """What DDP hands a hook: a flat buffer holding the parameters' gradients back to back."""
-
-    def __init__(self, params, grads, index=0):
-        self._params = params
-        self._buffer = torch.cat([g.reshape(-1) for g in grads]).clone()
-        self._index = index
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def index(self):
-        return self._index
 
 
 def grads_for(params, seed=0):

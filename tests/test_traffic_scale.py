@@ -9,6 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 dist = pytest.importorskip("torch.distributed")
 
+from ddp_fakes import FakeBucket  # noqa: E402
 from neuron_fabric.experiments import scale_models, traffic_scale  # noqa: E402
 from neuron_fabric.golden.formats import Readout, readout_lines_per_slot  # noqa: E402
 from neuron_fabric.host import hooks, roles  # noqa: E402
@@ -154,23 +155,6 @@ def four_workers(monkeypatch):
     monkeypatch.setattr(dist, "all_gather", all_gather)
 
 
-class FakeBucket:
-    def __init__(self, params, index, rng):
-        self._params = params
-        self._buffer = torch.from_numpy(
-            rng.standard_normal(sum(p.numel() for p in params)).astype(np.float32))
-        self._index = index
-
-    def buffer(self):
-        return self._buffer
-
-    def parameters(self):
-        return self._params
-
-    def index(self):
-        return self._index
-
-
 class Mixed(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -197,7 +181,9 @@ def test_count_step_equals_the_fabric_hooks_meter(four_workers, name, changes):
                             gternary=profile.gternary, caps=CAPS)
     rng = np.random.default_rng(1)
     for index, names in enumerate(layout):
-        hook.run(FakeBucket([params[n] for n in names], index, rng))
+        grads = [torch.from_numpy(rng.standard_normal(params[n].numel()).astype(np.float32))
+                 for n in names]
+        hook.run(FakeBucket([params[n] for n in names], grads, index))
     hook.end_step(1.0)
     meter = hooks.TrafficMeter(line_bits=CAPS.line_bits)
     traffic_scale.count_step(meter, [[(n, params[n].numel()) for n in b] for b in layout], routes,
