@@ -6,12 +6,16 @@ module packs and parses them (``10`` reads as -2, the invalid marker). The devic
 per lane a signed saturating sum ``S``; the gated readout is ``sign(S)`` where
 ``|S| >= GATE`` and 0 elsewhere.
 
-The sums are computed bit-sliced on the lines' own 2-bit layout: per worker one word holds
-a tally of +1-or-invalid codes at the even bits and of -1-or-invalid codes at the odd bits,
-both are counted by the carry-save adders of :mod:`.gbinary`, and the sum is their
-difference, as two's complement planes. The planes make the ``SUMS`` readout
+The sums are computed bit-sliced on the lines' own 2-bit layout. Per worker one word holds
+two votes a lane: the code's low bit (a +1 or a -1) at the even bit and low AND high (a -1)
+at the odd bit, so an invalid code, whose low bit is 0, votes for neither. The carry-save
+adders of :mod:`.gbinary` count both at once into planes holding ``N = P + M`` at the even
+bits and ``M`` at the odd bits (``P`` +1 codes, ``M`` -1 codes), and one ripple of borrows
+gives the sum ``N - 2M = P - M`` straight as the 2-bit digits of the ``SUMS`` readout lines
 (:func:`aggregate_planes`, :func:`readout_planes`); :func:`aggregate` unpacks them to a byte
-per lane.
+per lane. Everything runs a chunk of lines at a time in scratch rows allocated once per call
+(see :mod:`.gbinary`). Where sums can saturate, the signed tallies are clipped and, where the
+order of the workers matters, folded worker after worker.
 """
 
 import numpy as np
@@ -145,6 +149,11 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
 
     Element ``j`` goes to lane ``j mod L`` of line ``j div L`` with ``L = line_bits // 2``;
     padding lanes are ``00``. Returns ``uint8`` lines ``(ceil(size / L), line_bits // 8)``.
+
+    Built as a loop over chunks with reused masks, for the same reason as
+    :func:`gbinary.encode <neuron_fabric.golden.gbinary.encode>`: each chunk's masks and codes
+    stay in cache between the passes, where whole-tensor passes would stream each of them
+    through memory.
     """
     nbytes = _lines.line_bytes(line_bits)
     flat, tau, draws = _prepare(grad, ratio, rng, scale)
@@ -184,39 +193,48 @@ def invalid_lanes(lines):
 
 
 # Bit 2t of a word: lane t's low (non-zero) bit; lane t's high (negative) bit is bit 2t + 1.
-_EVEN = np.uint64(0x5555_5555_5555_5555)
-_ODD = np.uint64(0xAAAA_AAAA_AAAA_AAAA)
+# As 0-d arrays: NumPy converts a scalar operand anew on every call, which costs as much as
+# the operation on a few thousand words.
+_EVEN = np.array(0x5555_5555_5555_5555, dtype=np.uint64)
+_ODD = np.array(0xAAAA_AAAA_AAAA_AAAA, dtype=np.uint64)
+_ONE = np.array(1, dtype=np.uint64)
 
 
-def _split_codes(rows, *, exact):
-    """Per worker, a word that holds two per-lane tallies: one at the even bits, one at the odd.
+def _vote_rows(rows, out):
+    """Per worker, the word of votes the sums count: the low bit at the even bits, low AND high
+    at the odd bits (``word & ((word << 1) | EVEN)``), into the arrays ``out``.
 
-    With ``exact=False``: (non-zero XOR negative) at even bits, negative at odd bits. Over
-    workers the two count ``P + I`` and ``M + I`` (``P`` +1 codes, ``M`` -1 codes, ``I``
-    invalid codes), whose difference is the sum ``P - M``: three operations a word, and
-    the invalid codes cancel. With ``exact=True``: +1 at even and -1 at odd bits, for the
-    saturating fold, which needs ``P`` and ``M`` themselves.
+    Over workers the even bits count ``N = P + M`` and the odd bits ``M`` (``P`` +1 codes,
+    ``M`` -1 codes); an invalid code (``10``) has its low bit clear and counts in neither, so
+    the sum ``N - 2M`` needs no correction. Three operations a word: no form of two (a shift
+    or a constant, then a combination with the word) keeps the lanes apart and tells a -1
+    from an invalid code.
     """
+    for word, votes in zip(rows, out):
+        np.left_shift(word, _ONE, votes)
+        np.bitwise_or(votes, _EVEN, votes)
+        np.bitwise_and(votes, word, votes)
+
+
+def _signed_tallies(rows):
+    """Per worker, a word with +1 codes at the even bits and -1 codes at the odd bits, for the
+    saturating fold, which needs ``P`` and ``M`` themselves (freshly allocated words)."""
     out = []
     for word in rows:
-        high = word >> np.uint64(1)
+        high = word >> _ONE
         high &= _EVEN  # lane t's negative bit, moved to bit 2t
-        if exact:
-            low = word & _EVEN
-            minus = low & high
-            low ^= minus  # +1: non-zero and not negative
-            minus <<= np.uint64(1)
-            low |= minus
-            out.append(low)
-        else:
-            high ^= word
-            out.append(high)
+        low = word & _EVEN
+        minus = low & high
+        low ^= minus  # +1: non-zero and not negative
+        minus <<= _ONE
+        low |= minus
+        out.append(low)
     return out
 
 
 def _halves(planes):
     """The even-bit tally (as is) and the odd-bit tally (moved to the even bits) of ``planes``."""
-    return list(planes), [plane >> np.uint64(1) for plane in planes]
+    return list(planes), [plane >> _ONE for plane in planes]
 
 
 def _subtract(a, b):
@@ -267,9 +285,9 @@ def _fold_in_order(rows, limit, width):
     """
     sums = [np.zeros_like(rows[0]) for _ in range(width)]
     saturated = np.zeros_like(rows[0])
-    for word in _split_codes(rows, exact=True):
+    for word in _signed_tallies(rows):
         plus = word & _EVEN
-        minus = (word >> np.uint64(1)) & _EVEN
+        minus = (word >> _ONE) & _EVEN
         top, bottom = _signed_equal(sums, limit), _signed_equal(sums, -limit)
         saturated |= (top & plus) | (bottom & minus)
         plus &= ~top
@@ -285,34 +303,103 @@ def _fold_in_order(rows, limit, width):
     return sums, saturated
 
 
-def _sum_rows(rows, limit, counter_bits):
-    """Saturating sums of one chunk of every worker's words, bit-sliced.
+def _signed_digits(planes, digits, spare):
+    """The sums ``N - 2M`` as the 2-bit digit lines of their two's complement, into ``digits``.
 
-    Returns ``(planes, saturated)``: the sums as two's complement planes at the even bits
-    (odd bits are don't-care), as few planes as the sums need but at most
-    ``counter_bits + 1``, and the mask of lanes that saturated (None when none can).
+    ``planes`` hold ``N`` at the even and ``M`` at the odd bits (least significant first,
+    ``M <= N``, so the sum has ``len(planes) + 1`` bits, the top one the sign). ``digits[j]``
+    gets bit ``2j`` of every sum at the lane's even bit and bit ``2j + 1`` at its odd bit,
+    the sign repeated past the top; ``spare`` lends four scratch arrays.
 
-    With no more workers than ``limit`` no partial sum can leave the range, so the sum is
-    ``P - M`` in any order. Otherwise a lane's running sum stays within ``[-M, P]``: where
-    ``P`` and ``M`` are both within the limit, or one of them is zero (the sum only climbs
-    or only falls), saturating step by step equals clipping each of them, and the sum is
-    ``min(P, limit) - min(M, limit)``. The words holding a lane with both signs and a tally
-    past the limit, where the order of the workers matters, are folded again worker after
-    worker (:func:`_fold_in_order`), exactly, and replace those results.
+    A ripple of full subtractors that keeps each bit of the sum at the parity its digit line
+    wants: bit ``k`` needs ``N_k`` (an even bit) and ``M_{k-1}`` (an odd bit), so the two
+    operands that sit at the wrong parity are combined first and moved once, seven
+    operations a bit. Bit 0 is ``N_0`` as it is, and bits 0 and 1 make ``digits[0]`` in three.
+    """
+    n = len(planes)
+    if n == 1:  # N_0 - 2 M_0 with M_0 <= N_0: the plane's own two bits, the odd one the sign
+        np.copyto(digits[0], planes[0])
+        sign, line = planes[0], 1
+    else:
+        borrow, combined, both = spare.pop(), spare.pop(), spare.pop()
+        np.left_shift(planes[1], _ONE, borrow)
+        np.bitwise_and(borrow, _ODD, borrow)
+        np.bitwise_xor(planes[0], borrow, digits[0])  # bit 1 = N_1 ^ M_0 at the odd bits
+        np.bitwise_and(digits[0], planes[0], borrow)  # ~N_1 & M_0, at the odd bits
+        low, line = None, 1  # low: the last even bit of the sum, waiting for its odd partner
+        for k in range(2, n):
+            minus = planes[k - 1]  # M_{k-1}, at the odd bits
+            if k % 2 == 0:  # M_{k-1} and the borrow are odd: combine, then move to the even bits
+                np.bitwise_xor(minus, borrow, combined)
+                np.bitwise_and(minus, borrow, both)
+                np.right_shift(combined, _ONE, combined)
+                np.right_shift(both, _ONE, both)
+                low = spare.pop()
+                np.bitwise_xor(planes[k], combined, low)  # bit k
+                np.bitwise_and(combined, low, combined)  # (M ^ borrow) & ~N_k
+                np.bitwise_or(both, combined, borrow)  # the borrow out of bit k
+            else:  # N_k and the borrow are even: combine, then move to the odd bits
+                np.bitwise_xor(planes[k], borrow, combined)
+                np.bitwise_and(combined, borrow, both)  # ~N_k & borrow
+                np.left_shift(combined, _ONE, combined)
+                np.left_shift(both, _ONE, both)
+                np.bitwise_xor(combined, minus, combined)  # bit k
+                np.bitwise_and(minus, combined, borrow)  # M & ~(N_k ^ borrow)
+                np.bitwise_or(both, borrow, borrow)  # the borrow out of bit k
+                _merge_digits(low, combined, digits[line])
+                spare.append(low)
+                low, line = None, line + 1
+        if n % 2:  # the last borrow is at the even bits
+            np.left_shift(borrow, _ONE, borrow)
+        # Bit n: M_{n-1} minus the borrow with no N above; the sum fits n + 1 bits, so it is
+        # the sign as well (the borrow out of bit n), M_{n-1} | borrow, at the odd bits.
+        sign = borrow
+        np.bitwise_or(planes[n - 1], borrow, sign)
+        if low is not None:
+            _merge_digits(low, sign, digits[line])
+            spare.append(low)
+            line += 1
+        spare += [combined, both]
+    if line < len(digits):  # the sign at both bits of every lane
+        top, moved = digits[line], spare.pop()
+        np.bitwise_and(sign, _ODD, top)
+        np.right_shift(top, _ONE, moved)
+        np.bitwise_or(top, moved, top)
+        spare.append(moved)
+        for higher in digits[line + 1:]:
+            np.copyto(higher, top)
+
+
+def _merge_digits(low, high, out):
+    """``low``'s even bits and ``high``'s odd bits, into ``out``."""
+    np.bitwise_xor(low, high, out)
+    np.bitwise_and(out, _ODD, out)
+    np.bitwise_xor(out, low, out)
+
+
+def _saturating_sums(rows, limit, counter_bits):
+    """Saturating sums of one chunk of every worker's words, when more workers than ``limit``.
+
+    Returns ``(planes, saturated)``: ``counter_bits + 1`` planes of two's complement at the
+    even bits (odd bits are don't-care) and the mask of lanes that saturated.
+
+    A lane's running sum stays within ``[-M, P]``: where ``P`` and ``M`` are both within the
+    limit, or one of them is zero (the sum only climbs or only falls), saturating step by step
+    equals clipping each of them, and the sum is ``min(P, limit) - min(M, limit)``. The words
+    holding a lane with both signs and a tally past the limit, where the order of the workers
+    matters, are folded again worker after worker (:func:`_fold_in_order`), exactly, and
+    replace those results.
     """
     workers = len(rows)
-    if workers <= limit:
-        tally = [np.empty_like(rows[0]) for _ in range(workers.bit_length())]
-        gbinary._count_rows(_split_codes(rows, exact=False), tally)
-        return _subtract(*_halves(tally)), None
     tally = [np.empty_like(rows[0]) for _ in range(workers.bit_length())]
-    gbinary._count_rows(_split_codes(rows, exact=True), tally)
+    gbinary._count_rows(_signed_tallies(rows), tally, [np.empty_like(rows[0]) for _ in range(2)],
+                        writable=True)
     plus, minus = _halves(tally)
     plus, plus_above = _clamp(plus, limit, counter_bits)
     minus, minus_above = _clamp(minus, limit, counter_bits)
     sums = _subtract(plus, minus)
     saturated = plus_above | minus_above
-    nonzero = [np.bitwise_or.reduce(half) for half in (tally, [p >> np.uint64(1) for p in tally])]
+    nonzero = [np.bitwise_or.reduce(half) for half in (tally, [p >> _ONE for p in tally])]
     ordered = nonzero[0] & nonzero[1] & saturated & _EVEN
     words = np.flatnonzero(ordered.reshape(-1))
     if words.size:  # exact for every lane of these words
@@ -324,12 +411,46 @@ def _sum_rows(rows, limit, counter_bits):
 
 
 def _sum_chunks(lines, max_workers, counter_bits):
-    """Yield ``(chunk, planes, saturated)`` of :func:`_sum_rows` over chunks of whole lines."""
+    """Yield ``(chunk, digits, bits, saturated)`` for chunks of whole lines.
+
+    ``digits`` is ``(k, n_lines, words)`` ``uint64``: the chunk's ``SUMS`` readout lines
+    (``k`` of them, see :func:`_signed_digits`), line-major; ``bits`` how many low bits of
+    the sums are significant (the rest repeat the sign); ``saturated`` the mask at the even
+    bits of the lanes that saturated, or None when none can. The arrays are scratch, reused
+    for the next chunk.
+
+    With no more workers than the limit no partial sum can leave the range, so the sum is
+    ``P - M`` in any order: counted in scratch rows (:func:`_vote_rows`,
+    :func:`gbinary._count_rows`, :func:`_signed_digits`), the path the benchmark times.
+    Otherwise :func:`_saturating_sums`.
+    """
     limit = sum_limit(max_workers, counter_bits)
+    per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
     words = gbinary._word_rows(lines)
-    for chunk in gbinary._line_chunks(lines.shape[1], lines.shape[2] // 8):
-        planes, saturated = _sum_rows(list(words[:, chunk]), limit, counter_bits)
-        yield chunk, planes, saturated
+    workers, n_lines, words_per_line = words.shape
+    chunks = gbinary._line_chunks(n_lines, words_per_line)
+    fast = workers <= limit
+    width = workers.bit_length()
+    # The digit lines; on the fast path also a row of votes per worker, the planes and six
+    # spares (the adders borrow one at a time, _signed_digits up to four).
+    scratch = gbinary._scratch(per_slot + (workers + width + 6 if fast else 0), chunks, words_per_line)
+    for chunk in chunks:
+        rows = gbinary._chunk_rows(words, chunk)
+        size = rows.shape[1]
+        digits = scratch[:per_slot, :size]
+        if fast:
+            votes = list(scratch[per_slot:per_slot + workers, :size])
+            planes = list(scratch[per_slot + workers:per_slot + workers + width, :size])
+            spare = list(scratch[per_slot + workers + width:, :size])
+            _vote_rows(rows, votes)
+            gbinary._count_rows(votes, planes, spare, writable=True)
+            _signed_digits(planes, list(digits), spare)
+            bits, saturated = width + 1, None
+        else:
+            planes, saturated = _saturating_sums(list(rows), limit, counter_bits)
+            _digit_lines(planes, digits)
+            bits = counter_bits + 1
+        yield chunk, digits.reshape(per_slot, -1, words_per_line), bits, saturated
 
 
 def _check_workers(lines, max_workers, counter_bits):
@@ -362,32 +483,37 @@ def aggregate(lines, *, max_workers, counter_bits=None, return_flags=False):
     sums = np.zeros((n_lines, line_bits // 2), dtype=np.int8)
     saturated = np.zeros((n_lines, line_bits // 2), dtype=bool)
     if workers:
-        for chunk, planes, over in _sum_chunks(lines, max_workers, counter_bits):
-            _planes_to_lanes(planes, sums[chunk].reshape(-1))
+        for chunk, digits, bits, over in _sum_chunks(lines, max_workers, counter_bits):
+            _digits_to_lanes(digits.reshape(len(digits), -1), bits, sums[chunk].reshape(-1))
             if return_flags and over is not None:
-                saturated[chunk] = _lane_mask(over)
+                saturated[chunk] = _lane_mask(over.reshape(-1, nbytes // 8))
     if return_flags:
         return sums, {"saturated": saturated, "invalid": invalid_lanes(lines)}
     return sums
 
 
-def _planes_to_lanes(planes, out):
-    """Two's complement planes at the even bits of ``(n, words)`` words to ``int8`` lanes.
+def _digits_to_lanes(digits, bits, out):
+    """The low ``bits`` bits of sums held as 2-bit digit lines ``(k, words)`` to ``int8`` lanes
+    (two's complement, bit ``bits - 1`` the sign).
 
-    The lanes of the first and second half of the words are merged into dense 1-bit planes
-    (first half at the even bits, second half at the odd bits), so one unpack per plane
-    serves two words; the bytes then come out in pairs, split apart as 16-bit values.
+    Bit ``2j`` of every sum sits at the even bits of ``digits[j]`` and bit ``2j + 1`` at the
+    odd bits. Each bit becomes a dense 1-bit plane of the first half of the words (lanes at the
+    even bits) and the second half (lanes at the odd bits), so one unpack per plane serves two
+    words; the bytes then come out in pairs, split apart as 16-bit values.
     """
-    flat = [plane.reshape(-1) for plane in planes]
-    half = flat[0].size // 2  # lines are whole numbers of 16-byte pairs of words
-    dense = np.empty((len(flat), half), dtype=np.uint64)
-    for row, plane in zip(dense, flat):
-        np.bitwise_and(plane[:half], _EVEN, out=row)
-        second = plane[half:] & _EVEN
-        second <<= np.uint64(1)
-        row |= second
+    half = digits.shape[1] // 2  # lines are whole numbers of 16-byte pairs of words
+    dense = np.empty((bits, half), dtype=np.uint64)
+    moved = np.empty(half, dtype=np.uint64)
+    for k, row in enumerate(dense):
+        first, second = digits[k // 2, :half], digits[k // 2, half:]
+        if k % 2 == 0:  # first half's even bits, second half's even bits moved to the odd bits
+            np.left_shift(second, _ONE, moved)
+            _merge_digits(first, moved, row)
+        else:  # first half's odd bits moved to the even bits, second half's odd bits
+            np.right_shift(first, _ONE, moved)
+            _merge_digits(moved, second, row)
     pairs = np.empty(64 * half, dtype=np.uint8)
-    _lines.bit_planes_to_bytes(dense.view(np.uint8).reshape(len(flat), -1), pairs, signed=True)
+    _lines.bit_planes_to_bytes(dense.view(np.uint8).reshape(bits, -1), pairs, signed=True)
     pairs = pairs.view("<u2")
     lanes = out.view(np.uint8)
     np.copyto(lanes[:32 * half], pairs, casting="unsafe")  # the low byte: first half
@@ -410,16 +536,15 @@ def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=
     lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
     per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
-    out = np.zeros((n_lines, per_slot, nbytes), dtype=np.uint8)
+    # Every line is written when any worker contributes: no zeros to write first.
+    out = (np.empty if workers else np.zeros)((n_lines, per_slot, nbytes), dtype=np.uint8)
     saturated = np.zeros((n_lines, line_bits // 2), dtype=bool) if return_saturated else None
     if workers:
         rows = out.view(np.uint64)
-        for chunk, planes, over in _sum_chunks(lines, max_workers, counter_bits):
-            digits = np.empty((per_slot,) + planes[0].shape, dtype=np.uint64)
-            _digit_lines(planes, digits)
+        for chunk, digits, _, over in _sum_chunks(lines, max_workers, counter_bits):
             gbinary._swap_lines(digits, rows[chunk])  # one copy into the slots' lines
             if saturated is not None and over is not None:
-                saturated[chunk] = _lane_mask(over)
+                saturated[chunk] = _lane_mask(over.reshape(-1, nbytes // 8))
     return (out, saturated) if return_saturated else out
 
 
@@ -429,7 +554,7 @@ def _digit_lines(planes, out):
     repeating the sign."""
     for k, line in enumerate(out):
         low = planes[min(2 * k, len(planes) - 1)]
-        np.left_shift(planes[min(2 * k + 1, len(planes) - 1)], np.uint64(1), out=line)
+        np.left_shift(planes[min(2 * k + 1, len(planes) - 1)], _ONE, out=line)
         line ^= low
         line &= _ODD
         line ^= low  # low's even bits, the shifted plane's odd bits
@@ -510,7 +635,7 @@ def readout_planes(planes, *, readout, gate):
         return planes.reshape(-1, nbytes).copy()
     digits = np.empty((per_slot, n_slots, nbytes // 8), dtype=np.uint64)  # line-major
     gbinary._swap_lines(np.ascontiguousarray(planes).view(np.uint64), digits)
-    bits = [plane for line in digits for plane in (line, line >> np.uint64(1))]  # at the even bits
+    bits = [plane for line in digits for plane in (line, line >> _ONE)]  # at the even bits
     sign, low = bits[-1], bits[:-1]  # two's complement: the top bit has weight -2**len(low)
     threshold = max(gate, 1)
     # S >= g: sign clear and the low bits >= g. S <= -g: sign set and the low bits, which
@@ -521,7 +646,7 @@ def readout_planes(planes, *, readout, gate):
     positive |= negative
     positive &= _EVEN
     negative &= _EVEN
-    negative <<= np.uint64(1)
+    negative <<= _ONE
     positive |= negative  # the code: non-zero at the even bit, negative at the odd bit
     return positive.view(np.uint8).reshape(n_slots, nbytes)
 

@@ -255,6 +255,75 @@ def test_gternary_saturation_spans_chunks_and_the_last_partial_chunk():
     np.testing.assert_array_equal(saturated.reshape(-1), over)
 
 
+# --------------------------------------------------------------------------- chunk boundaries
+
+# (chunk words, lines): chunks of one word (smaller than a line: one line a chunk), of words
+# that do not divide the lines, and a last partial chunk; one line; no lines.
+CHUNKINGS = [(1, 3), (3, 5), (8, 7), (24, 7), (16, 1), (8, 0)]
+
+
+@pytest.mark.parametrize("chunk_words,n_lines", CHUNKINGS, ids=lambda x: str(x))
+def test_gbinary_counts_do_not_depend_on_the_chunking(monkeypatch, chunk_words, n_lines):
+    monkeypatch.setattr(gbinary, "_CHUNK_WORDS", chunk_words)
+    rng = np.random.default_rng(chunk_words * 100 + n_lines)
+    for workers in (1, 2, 3, 4, 8, 9, 17, 64):
+        line_bits = LINE_BITS[workers % 2]  # 128 and 256: two and four words a line
+        for max_workers, counter_bits in ((workers, None), (MAX_WORKERS_LIMIT, 2)):
+            width = counter_bits or default_counter_bits(max_workers)
+            data = np.packbits(rng.random((workers, n_lines, line_bits)) < rng.random(),
+                               axis=-1, bitorder="little")
+            expected, over = ref_counts(data, count_limit(width))
+            counts, saturated = gbinary.aggregate(data, max_workers=max_workers, counter_bits=counter_bits,
+                                                  return_saturated=True)
+            np.testing.assert_array_equal(counts, expected)
+            np.testing.assert_array_equal(saturated, over)
+            planes, saturated = gbinary.aggregate_planes(data, max_workers=max_workers,
+                                                         counter_bits=counter_bits, return_saturated=True)
+            assert planes.shape == (n_lines, width, line_bits // 8)
+            np.testing.assert_array_equal(planes, lines.pack_planes(expected, planes=width))
+            np.testing.assert_array_equal(saturated, over)
+
+
+@pytest.mark.parametrize("chunk_words,n_lines", CHUNKINGS, ids=lambda x: str(x))
+def test_gternary_sums_do_not_depend_on_the_chunking(monkeypatch, chunk_words, n_lines):
+    monkeypatch.setattr(gbinary, "_CHUNK_WORDS", chunk_words)
+    rng = np.random.default_rng(chunk_words * 100 + n_lines + 1)
+    # Worker counts whose sums take 1 to 7 planes (the digit lines' odd and even tops), each
+    # without saturation and with a narrow counter that saturates.
+    for workers in (1, 2, 3, 4, 7, 8, 15, 16, 31, 32, 64, 127):
+        line_bits = LINE_BITS[workers % 2]
+        values = ternary_values(rng, workers, n_lines * line_bits // 2)
+        data = pack_codes(values, line_bits).reshape(workers, n_lines, line_bits // 8)
+        for max_workers, counter_bits in ((workers, None), (MAX_WORKERS_LIMIT, 7), (max(1, workers // 3), None)):
+            width = counter_bits or default_counter_bits(max_workers)
+            limit = sum_limit(max_workers, width)
+            expected, over = ref_sums(values, limit)
+            expected, over = expected.reshape(n_lines, line_bits // 2), over.reshape(n_lines, line_bits // 2)
+            sums, flags = gternary.aggregate(data, max_workers=max_workers, counter_bits=counter_bits,
+                                             return_flags=True)
+            np.testing.assert_array_equal(sums, expected)
+            np.testing.assert_array_equal(flags["saturated"], over)
+            planes, saturated = gternary.aggregate_planes(data, max_workers=max_workers,
+                                                          counter_bits=counter_bits, return_saturated=True)
+            per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=width)
+            assert planes.shape == (n_lines, per_slot, line_bits // 8)
+            np.testing.assert_array_equal(planes, lines.pack_planes(expected, planes=per_slot, lane_bits=2))
+            np.testing.assert_array_equal(saturated, over)
+
+
+def test_gternary_sums_reach_both_bounds_of_every_width_without_saturation():
+    # All +1 and all -1 lanes beside each other: the top digit and sign of every plane count.
+    for workers in range(1, MAX_WORKERS_LIMIT + 1):
+        values = np.zeros((workers, 64), dtype=np.int8)
+        values[:, 0], values[:, 1] = 1, -1
+        values[:-1, 2], values[:-1, 3] = 1, -1  # one short of the bound
+        values[:, 4] = -2
+        expected, _ = ref_sums(values, workers)
+        planes = gternary.aggregate_planes(pack_codes(values, 128), max_workers=workers)
+        per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=default_counter_bits(workers))
+        np.testing.assert_array_equal(planes[0], lines.pack_planes(expected, planes=per_slot, lane_bits=2))
+
+
 # --------------------------------------------------------------------------- unpacking planes
 
 @pytest.mark.parametrize("signed", [False, True], ids=["unsigned", "signed"])

@@ -106,6 +106,23 @@ def test_padding_lanes_are_zero(line_bits, size):
     assert bits[:size].all() and not bits[size:].any()
 
 
+@pytest.mark.parametrize("chunk", [8, 24, 128])
+@pytest.mark.parametrize("size", [1, 7, 8, 9, 127, 129, 200, 513])
+def test_encoding_does_not_depend_on_the_chunking(monkeypatch, chunk, size):
+    monkeypatch.setattr(gbinary, "_ENCODE_CHUNK", chunk)
+    rng = np.random.default_rng(size)
+    grad = rng.standard_normal(size).astype(np.float32)
+    grad[::5] = 0.0
+    got = gbinary.encode(grad, line_bits=128)
+    bits = np.unpackbits(got.reshape(-1), bitorder="little")
+    np.testing.assert_array_equal(bits[:size], grad < 0)
+    assert not bits[size:].any()
+    if size > chunk:  # a NaN found in a later chunk still names its own index
+        grad[-1] = np.nan
+        with pytest.raises(ValueError, match=rf"NaN \(first at flat index {size - 1}\)"):
+            gbinary.encode(grad, line_bits=128)
+
+
 def test_empty_gradient_encodes_to_no_lines():
     assert gbinary.encode(np.zeros(0, dtype=np.float32), line_bits=256).shape == (0, 32)
 
