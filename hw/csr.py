@@ -1,6 +1,6 @@
 """The CSR block, generated from the register map data (docs/design.md, "Register map")."""
 
-from amaranth.hdl import Array, C, Module, Mux, Signal, Value
+from amaranth.hdl import C, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -88,9 +88,10 @@ class CSRBlock(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus, ports = self.bus, self.fields
-        # A read indexes a table of every word (0 where no register is, and in every bit no
-        # field drives) by the word address: a mux tree, with ``r_stb`` as its enable.
-        words = {}
+        # A read ORs every register's word gated by its own address match: two levels of
+        # logic after the comparators, where indexing a table by the address builds a mux
+        # tree over every word the address can reach (0 where no register is).
+        read = C(0, 32)
         for reg in self.regmap:
             selected = Signal(name=f"{reg.name.lower()}_selected")
             m.d.comb += selected.eq(bus.addr == reg.address)
@@ -127,8 +128,7 @@ class CSRBlock(wiring.Component):
             word = C(0, 32)
             for f, v in value:
                 word = word | (Value.cast(v)[:f.width] << f.offset)[:32]
-            words[reg.address // 4] = word
-        table = Array(words.get(index, C(0, 32)) for index in range(1 << (len(bus.addr) - 2)))
+            read = read | (word & selected.replicate(32))
         with m.If(bus.r_stb):
-            m.d.sync += bus.r_data.eq(Mux(bus.addr[:2] == 0, table[bus.addr[2:]], 0))
+            m.d.sync += bus.r_data.eq(read)
         return m
