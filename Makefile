@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim sim-long train-rtl fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
@@ -29,6 +29,10 @@ help:
 	@echo "                   register reference under $(BUILD)/verilog/<name>/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
+	@echo "make sim-long      millions of cycles of random traffic on the Verilator harness, against the model"
+	@echo "                   ($(BUILD)/sim-long/; SIM_LONG_ARGS='--cycles N --seed S')"
+	@echo "make train-rtl     DDP training with the Verilated top aggregating, bit for bit against the golden"
+	@echo "                   hooks ($(BUILD)/train-rtl/)"
 	@echo "make fpga-quick    the ECP5 flow end to end on the small preset, one seed ($(BUILD)/fpga-quick/)"
 	@echo "make fpga-ecp5     ECP5 place and route of the 512-bit default, gate equivalents, board, timing model"
 	@echo "                   ($(BUILD)/fpga/; FPGA_ARGS='--top-seeds 1 --no-board' for less, --tile-lanes 32,64 to compare)"
@@ -37,12 +41,13 @@ help:
 	@echo "make bench-golden  golden-model throughput against a memory copy"
 	@echo "make combiner-eval write-combining accumulator traffic on real traces ($(BUILD)/combiner/)"
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
-	@echo "make traffic-scale traffic of every profile on ResNet-18/50, DistilBERT, GPT-2 ($(BUILD)/traffic/, seconds)"
+	@echo "make traffic-scale traffic of every profile on ResNet-18/50, DistilBERT, GPT-2, then the hooks' step time"
+	@echo "                   with 4 workers ($(BUILD)/traffic/, a minute or two; TRAFFIC_ARGS=--no-hook-cost: seconds)"
 	@echo "make results       rewrite the README's results table from the reports under $(BUILD)/"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
-all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check results
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/)"
+all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check train-rtl results
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/, train-rtl/)"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -102,6 +107,20 @@ sim: verilog traces iverilog verilator
 	$(PY) -m neuron_fabric.sim.regression --verilog $(BUILD)/verilog --traces $(BUILD)/traces \
 	  --out $(BUILD)/sim $(if $(filter-out 0,$(WAVES)),--waves)
 
+# The top Verilated into a library driven from Python (no cocotb), checked against the golden
+# model on seeded random traffic with idles, backpressure, CSR changes and resets.
+SIM_LONG_ARGS ?=
+sim-long: verilog verilator
+	$(PY) -m neuron_fabric.sim.long_regression --verilog $(BUILD)/verilog --out $(BUILD)/sim-long \
+	  $(SIM_LONG_ARGS)
+
+# DDP training of the digits CNN and the character language model with the Verilated top
+# folding the low-bit windows, in lockstep with the golden hooks, bit for bit at every step.
+TRAIN_RTL_ARGS ?=
+train-rtl: verilog verilator
+	$(PY) -m neuron_fabric.experiments.train_rtl --verilog $(BUILD)/verilog --out $(BUILD)/train-rtl \
+	  $(TRAIN_RTL_ARGS)
+
 # ECP5 out-of-context and board place and route with the YoWASP tools; results merge into
 # $(BUILD)/fpga/report.json and report.md, and finished tool runs are reused.
 FPGA_ARGS  ?=
@@ -132,9 +151,10 @@ $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
 	$(PY) -m neuron_fabric.experiments.train_check --out $(BUILD)/train
 
 # Device traffic and collective bytes of every profile on full-size models, counted from their
-# parameter trees as the hooks count them (a few seconds; not part of `all`).
+# parameter trees as the hooks count them (a few seconds), then the hooks' step time on the same
+# buckets with real workers (a minute or two; TRAFFIC_ARGS=--no-hook-cost skips it; not in `all`).
 traffic-scale: venv
-	$(PY) -m neuron_fabric.experiments.traffic_scale --out $(BUILD)/traffic
+	$(PY) -m neuron_fabric.experiments.traffic_scale --out $(BUILD)/traffic $(TRAFFIC_ARGS)
 
 # The README's results table, rewritten between its markers from the reports under $(BUILD)/;
 # a report not written yet shows as "not measured yet" with the target that writes it.

@@ -6,8 +6,11 @@ Reads the JSON reports the ``make`` targets write under ``--build``:
   its area and its latency in cycles and nanoseconds;
 - ``fpga-quick/report.json`` (``make fpga-quick``): the same for the 128-bit ``small`` preset;
 - ``sim/summary.json`` (``make sim``): tests, lines checked and simulation rate per simulator;
+- ``sim/summary.json`` also holds the Verilator harness's rate on the top against cocotb's;
 - ``train/report.json`` (``make train-check``): final accuracy or loss and device traffic of
   the FP32, static G-Binary and runtime-policy arms of each group;
+- ``train-rtl/report.json`` (``make train-rtl``): steps trained with the Verilated top
+  aggregating, bit-identical to the golden hooks;
 - ``combiner/report.json`` (``make combiner-eval``): the write-combining accumulator's byte
   reduction;
 - ``bench/golden.json`` (``make bench-golden``): golden-model throughput;
@@ -55,6 +58,7 @@ SOURCES = {
     "fpga-quick": Source("fpga-quick", "fpga-quick/report.json", "fpga-quick/report.md"),
     "sim": Source("sim", "sim/summary.json", "sim/summary.md"),
     "train": Source("train-check", "train/report.json", "train/report.md"),
+    "train-rtl": Source("train-rtl", "train-rtl/report.json", "train-rtl/report.md"),
     "combiner": Source("combiner-eval", "combiner/report.json", "combiner/report.md"),
     "bench": Source("bench-golden", "bench/golden.json", "bench/golden.md"),
     "traffic": Source("traffic-scale", "traffic/report.json", "traffic/report.md"),
@@ -133,6 +137,19 @@ def simulator(name):
     return value
 
 
+def harness(summary):
+    h = summary.get("harness")
+    if not h:
+        raise Missing("no harness run")
+    if "error" in h:
+        return f"**failed**: {h['error']}"
+    text = (f"{h['rtl_cycles_per_s']:,.0f} cycles/s on `{h['top']}` under checked random "
+            f"traffic, one core")
+    if h.get("ratio_rtl"):
+        text += f" ({h['ratio_rtl']:.1f}x cocotb's rate in the same run)"
+    return text
+
+
 # ---------------------------------------------------------------------------- training
 
 #: The arms each training row shows, with their short labels.
@@ -158,6 +175,20 @@ def training(group):
         quick = " (quick run)" if report.get("quick") else ""
         return "; ".join(parts) + quick
     return value
+
+
+def train_rtl(report):
+    runs = _get(report, "runs")
+    if not runs:
+        raise Missing("no run")
+    steps = sum(r["steps"] for r in runs)
+    identical = sum(r["bit_identical_steps"] for r in runs)
+    cycles = sum(r["device"]["cycles"] for r in runs)
+    verdict = (f"{identical} of {steps} steps bit-identical to the golden hooks"
+               if identical == steps else f"**{steps - identical} of {steps} steps differ**")
+    return (f"{verdict} over {len(runs)} runs (digits CNN and character LM; G-Binary, "
+            f"G-Ternary, mixed FP32 buckets); {cycles:,} cycles of the "
+            f"{report['params']['line_bits']}-bit top simulated")
 
 
 # ---------------------------------------------------------------------------- combiner
@@ -223,9 +254,11 @@ ROWS = (
     ("128-bit top (`small`): latency", "fpga-quick", latency),
     ("cocotb on Verilator", "sim", simulator("verilator")),
     ("cocotb on Icarus", "sim", simulator("icarus")),
+    ("Verilator harness (no cocotb)", "sim", harness),
     ("Training, digits CNN (test accuracy)", "train", training("digits")),
     ("Training, character LM (validation loss)", "train", training("char_lm")),
     ("Training, label-sorted digits (test accuracy)", "train", training("hard")),
+    ("Training with the RTL in the loop", "train-rtl", train_rtl),
     ("Write combiner: bytes written, reduction", "combiner", combiner),
     ("Golden model, one core", "bench", bench),
     ("Traffic at paper scale", "traffic", traffic),

@@ -28,12 +28,17 @@ Besides the shipped profiles, two static ones with only the head on FP32 (everyt
 G-Binary or G-Ternary, from the first step) give the configuration the traffic figure of the
 first paper (3.6 to 5.4% of FP32 with the head on FP32) was quoted for.
 
+The same command then times the hooks on the same models and buckets with real workers
+(:mod:`neuron_fabric.experiments.hook_cost`, a minute or two; ``--no-hook-cost`` skips it).
+
 Command line::
 
     python -m neuron_fabric.experiments.traffic_scale --out build/traffic [--steps 1000]
-        [--workers 4] [--bucket-cap-mb MB] [--models NAME ...]
+        [--workers 4] [--bucket-cap-mb MB] [--models NAME ...] [--hook-steps 3]
+        [--no-hook-cost]
 
-Writes ``OUT/report.json``, ``OUT/report.md`` and ``OUT/traffic.png``.
+Writes ``OUT/report.json``, ``OUT/report.md`` and ``OUT/traffic.png``, and the hook cost to
+``OUT/hook_cost.json`` and ``OUT/hook_cost.md``.
 """
 
 import argparse
@@ -45,7 +50,7 @@ import time
 
 import torch.distributed as dist
 
-from . import scale_models
+from . import hook_cost, scale_models
 from ..golden.formats import Readout
 from ..host import hooks as _hooks
 from ..host import roles as _roles
@@ -366,6 +371,11 @@ def _parser():
                         help="DDP bucket cap in MiB (default: DDP's own, 25 with a 1 MiB first)")
     parser.add_argument("--models", nargs="+", choices=scale_models.MODELS,
                         default=list(scale_models.MODELS), help="models (default: all)")
+    parser.add_argument("--hook-steps", type=int, default=3,
+                        help="timed steps per setting of the hook cost, after one warm-up "
+                             "(default 3)")
+    parser.add_argument("--no-hook-cost", action="store_true",
+                        help="count the traffic only; do not time the hooks with real workers")
     return parser
 
 
@@ -385,8 +395,22 @@ def main(argv=None):
         parser.error(str(error))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = write_report(report, args.out)
-    print(f"traffic-scale: done in {report['seconds']} s; wrote "
-          f"{', '.join(str(p) for p in paths)}")
+    print(f"traffic-scale: traffic counted in {report['seconds']} s; wrote "
+          f"{', '.join(str(p) for p in paths)}", flush=True)
+    if not args.no_hook_cost:
+        print(f"traffic-scale: hook cost, {args.workers} workers, {len(hook_cost.SETTINGS)} "
+              f"settings, 1 warm-up and {args.hook_steps} timed steps each (a minute or two; "
+              f"--no-hook-cost skips it)", flush=True)
+        try:
+            costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
+                                  bucket_cap_mb=args.bucket_cap_mb,
+                                  log=lambda line: print(line, flush=True))
+        except (TypeError, ValueError) as error:
+            parser.error(str(error))
+        paths = hook_cost.write_report(costs, args.out)
+        print(f"traffic-scale: hook cost measured in {costs['seconds']} s; wrote "
+              f"{', '.join(str(p) for p in paths)}")
+        print(hook_cost.verdict(costs))
     return 0
 
 

@@ -38,6 +38,7 @@ decides what to do with the non-finite result (the training check skips the upda
 """
 
 import dataclasses
+import time
 
 import numpy as np
 import torch
@@ -51,12 +52,15 @@ from .runtime import (FP32, GBINARY, GTERNARY, LOW_BIT_ROUTES, ROUTES, DeviceCap
                       GBinaryOptions, GTernaryOptions, RegionStats, check_capacity)
 
 __all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments",
-           "CONTROL_VALUES_PER_PARAMETER"]
+           "CONTROL_VALUES_PER_PARAMETER", "PHASES"]
 
 CONTROL = "control"
 #: The float64 statistics every parameter of a bucket all-reduces each step: its non-finite
 #: count, sum |p| (p = gradient plus residual) and sum g^2.
 CONTROL_VALUES_PER_PARAMETER = 3
+#: The phases :attr:`FabricHook.phase_seconds` times, in the order a bucket goes through them.
+PHASES = ("statistics", "encode", "exchange", "fold", "device", "readout", "write_back",
+          "all_reduce")
 
 
 @dataclasses.dataclass
@@ -239,12 +243,34 @@ class FabricHook:
         it cannot serve are refused at construction and in :meth:`set_routes`.
     seed : int
         Seed of the tie-breaking dither and the stochastic ternarization.
+    device : object or None
+        Where the low-bit windows are folded and read out. None: the golden accumulators, on
+        every worker. Otherwise an object with ``aggregate(route, lines, *, readout, gate=None)``
+        that takes every worker's lines, stacked ``(world, n_lines, line_bytes)``, and returns
+        the readout lines the device answers with (the same on every worker), and
+        ``passthrough(values)`` that returns a float32 array as it reads back after a round
+        trip through the device's FP32 path; :class:`neuron_fabric.sim.device.RtlDevice` runs
+        the emitted Verilog. The per-lane counts behind the health statistics are always
+        folded on the host.
 
     Members
     -------
     traffic : TrafficMeter
     step : int
         Steps completed (:meth:`end_step` advances it).
+    phase_seconds : dict
+        Wall seconds spent so far, ``{route: {phase: seconds}}``, a phase of :data:`PHASES`
+        present once it has run; :meth:`reset_phases` clears it. ``"control"`` holds
+        ``statistics``: the per-parameter sums and the control all-reduce of every bucket and
+        the loss all-reduce of :meth:`end_step`. A low-bit route holds ``encode`` (its stream
+        and lines, the dither included), ``exchange`` (the all-gather, waiting for the slowest
+        worker included), ``fold`` (the golden accumulator and the agreement it gives),
+        ``readout`` (the readout lines and their decoding; ``device`` instead of the golden
+        readout when a device is set), ``write_back`` (scaling, error-feedback residuals and
+        the writes into the bucket), and G-Ternary's shared maximum under ``statistics``.
+        ``"fp32"`` holds ``all_reduce`` (``device`` for the round trip through a device) and,
+        for a bucket only partly on FP32, ``write_back``. Timing costs a few calls of
+        ``time.perf_counter`` per route and bucket.
 
     Per step: run forward and backward (DDP calls the hook per bucket), then call
     :meth:`end_step` with the local loss; it returns the global loss and the
@@ -255,7 +281,8 @@ class FabricHook:
     """
 
     def __init__(self, model, *, routes, regions=None, gbinary=None, gternary=None, caps=None,
-                 seed=0):
+                 seed=0, device=None):
+        self.device = device
         self.gbinary = GBinaryOptions() if gbinary is None else gbinary
         self.gternary = GTernaryOptions() if gternary is None else gternary
         if not isinstance(self.gbinary, GBinaryOptions):
@@ -284,6 +311,7 @@ class FabricHook:
         self.set_routes(routes)
         self.traffic = TrafficMeter(line_bits=self.line_bits)
         self.step = 0
+        self.reset_phases()
 
     # -------------------------------------------------------------------- set-up
 
@@ -310,6 +338,17 @@ class FabricHook:
                 self._residual.pop(name, None)
         self.routes = dict(routes)
 
+    def reset_phases(self):
+        """Forget the phase timings (:attr:`phase_seconds`)."""
+        self.phase_seconds = {}
+
+    def _phase(self, route, phase, since):
+        """Add the time from ``since`` to now to ``(route, phase)``; returns now."""
+        now = time.perf_counter()
+        per_route = self.phase_seconds.setdefault(route, {})
+        per_route[phase] = per_route.get(phase, 0.0) + (now - since)
+        return now
+
     def register(self, ddp_model):
         """Register this hook on a ``DistributedDataParallel`` model."""
         ddp_model.register_comm_hook(self, FabricHook._hook)
@@ -323,9 +362,11 @@ class FabricHook:
     def end_step(self, loss):
         """Close a step: all-reduce the local ``loss`` (a float or 0-d tensor) to the global
         mean and return ``(loss, {region: RegionStats})`` for the buckets of this step."""
+        started = time.perf_counter()
         value = torch.tensor([float(loss)], dtype=torch.float64)
         dist.all_reduce(value)
         self.traffic.count_control(8)
+        self._phase(CONTROL, "statistics", started)
         stats = {region: RegionStats(nonfinite=acc.nonfinite,
                                      grad_norm=float(np.sqrt(acc.sumsq / self.world_size)),
                                      agreement=(acc.agreement / acc.agreement_elements
@@ -338,6 +379,7 @@ class FabricHook:
 
     def run(self, bucket):
         """Aggregate one bucket in place; returns a completed future of its buffer."""
+        started = time.perf_counter()
         buffer = bucket.buffer()
         segments = bucket_segments(bucket, self._names)
         self.traffic.count_baseline(buffer.numel())
@@ -348,19 +390,25 @@ class FabricHook:
         compressed = {}
         for index, (name, offset, numel) in enumerate(segments):
             grad = flat[offset:offset + numel]
-            finite = np.isfinite(grad)
-            bad = numel - int(np.count_nonzero(finite))
+            sumsq = np.dot(grad, grad)
+            # A finite sum of squares has no NaN or Inf behind it; count only otherwise.
+            bad = 0
+            if not np.isfinite(sumsq):
+                finite = np.isfinite(grad)
+                bad = numel - int(np.count_nonzero(finite))
             local[index, 0] = bad
             safe = grad if not bad else np.where(finite, grad, 0)
-            local[index, 2] = float(np.dot(safe, safe))
+            local[index, 2] = float(sumsq if not bad else np.dot(safe, safe))
             if routes[index] != FP32:
                 p = safe + self._residual[name] if name in self._residual else safe
                 compressed[index] = p
                 local[index, 1] = float(np.abs(p).sum(dtype=np.float64))
+        own_l1 = local[:, 1].copy()  # the all-reduce below sums the column in place
         control = torch.from_numpy(local)
         dist.all_reduce(control)
         self.traffic.count_control(control.numel() * 8)
         totals = control.numpy()
+        self._phase(CONTROL, "statistics", started)
 
         groups = {route: [] for route in ROUTES}
         for index, route in enumerate(routes):
@@ -380,7 +428,7 @@ class FabricHook:
         for route in LOW_BIT_ROUTES:
             if groups[route]:
                 self._low_bit(route, flat, segments, groups[route], compressed, totals,
-                              bucket.index())
+                              own_l1, bucket.index())
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
@@ -389,26 +437,42 @@ class FabricHook:
 
     def _fp32(self, buffer, segments, indices):
         world = self.world_size
+        started = time.perf_counter()
         if len(indices) == len(segments):  # the whole bucket: exactly the default all-reduce
             buffer.div_(world)
             dist.all_reduce(buffer)
+            self._phase(FP32, "all_reduce", started)
+            self._through_device(buffer)
             self.traffic.count_fp32(buffer.numel())
             return
         slices = [buffer[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
         joined = torch.cat(slices)
         joined.div_(world)
         dist.all_reduce(joined)
+        self._phase(FP32, "all_reduce", started)
+        self._through_device(joined)
         self.traffic.count_fp32(joined.numel())
+        started = time.perf_counter()
         start = 0
         for piece in slices:
             piece.copy_(joined[start:start + piece.numel()])
             start += piece.numel()
+        self._phase(FP32, "write_back", started)
+
+    def _through_device(self, tensor):
+        """The reduced FP32 values as workers read them back through the device's FP32 path."""
+        if self.device is not None:
+            started = time.perf_counter()
+            tensor.copy_(torch.from_numpy(self.device.passthrough(tensor.detach().numpy())))
+            self._phase(FP32, "device", started)
 
     def _dither(self, count, bucket_index, route):
         """A ``float32`` +-1 pattern shared by all workers (same seed, step and bucket)."""
         rng = np.random.default_rng([self.seed, self.step, bucket_index, ROUTES.index(route)])
-        bits = rng.integers(0, 2, size=count, dtype=np.int8)
-        return (1 - 2 * bits).astype(np.float32)
+        flip = rng.integers(0, 2, size=count, dtype=np.int8).astype(np.float32)
+        flip *= -2  # 1 - 2 * bit, in place: exact in float32
+        flip += 1
+        return flip
 
     def _exchange(self, lines):
         """Every worker's lines, stacked ``(world, n_lines, line_bytes)`` in rank order."""
@@ -417,31 +481,53 @@ class FabricHook:
         dist.all_gather(gathered, mine)
         return torch.stack(gathered).numpy()
 
-    def _low_bit(self, route, flat, segments, indices, compressed, totals, bucket_index):
+    def _low_bit(self, route, flat, segments, indices, compressed, totals, own_l1, bucket_index):
+        tick = time.perf_counter()
         sizes = [segments[i][2] for i in indices]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         p = np.concatenate([compressed[i] for i in indices]).astype(np.float32, copy=False)
         count = p.size
         world, caps = self.world_size, self.caps
+        tick = self._phase(route, "encode", tick)
+        # The device call stands for the golden readout; it is timed on its own.
+        readout_phase = "readout" if self.device is None else "device"
         if route == GBINARY:
             options = self.gbinary
             flip = self._dither(count, bucket_index, route) if options.dither else None
             signal = p * flip if flip is not None else p
             lines = gbinary.encode(signal, line_bits=self.line_bits)
-            counts = gbinary.aggregate(self._exchange(lines), max_workers=caps.max_workers,
+            tick = self._phase(route, "encode", tick)
+            gathered = self._exchange(lines)
+            tick = self._phase(route, "exchange", tick)
+            counts = gbinary.aggregate(gathered, max_workers=caps.max_workers,
                                        counter_bits=caps.counter_bits)
+            tick = self._phase(route, "fold", tick)
             readout = options.device_readout
-            readout_lines = gbinary.readout(counts, readout=readout, num_workers=world,
-                                            counter_bits=caps.counter_bits)
+            if self.device is None:
+                readout_lines = gbinary.readout(counts, readout=readout, num_workers=world,
+                                                counter_bits=caps.counter_bits)
+            else:
+                readout_lines = self.device.aggregate(route, gathered, readout=readout)
+            tick = self._phase(route, readout_phase, tick)
             values = gbinary.decode(readout_lines, readout=readout, n_elements=count,
                                     line_bits=self.line_bits,
                                     counter_bits=caps.counter_bits).astype(np.float32)
             if flip is not None:
                 values *= flip
-            n = counts.reshape(-1)[:count].astype(np.float32)
-            agreement = np.abs(2 * n - world) / world
-            # This worker's own compressed values, for error feedback: sign, with 0 as +1.
-            own = np.where(p < 0, np.float32(-1), np.float32(1)) if options.error_feedback else None
+            tick = self._phase(route, "readout", tick)
+            agreement = counts.reshape(-1)[:count].astype(np.float32)  # |2n - world| / world
+            agreement *= 2
+            agreement -= world
+            np.abs(agreement, out=agreement)
+            agreement /= world
+            tick = self._phase(route, "fold", tick)
+            # This worker's own compressed values, for error feedback: sign, with 0 as +1
+            # (1 - 2 * [p < 0], in place: several times faster than np.where with scalars).
+            own = None
+            if options.error_feedback:
+                own = (p < 0).astype(np.float32)
+                own *= -2
+                own += 1
         else:
             options = self.gternary
             rng, shared = None, None
@@ -451,22 +537,37 @@ class FabricHook:
                 self.traffic.count_control(8)
                 shared = float(peak[0])
                 rng = np.random.default_rng([self.seed, self.rank, self.step, bucket_index])
+                tick = self._phase(route, "statistics", tick)
             lines = gternary.encode(p, ratio=options.ratio, line_bits=self.line_bits, rng=rng,
                                     scale=shared)
+            tick = self._phase(route, "encode", tick)
             own = None
             if options.error_feedback:  # the same codes again: same seed, same draws
                 rng = None if rng is None else np.random.default_rng(
                     [self.seed, self.rank, self.step, bucket_index])
                 own = gternary.ternarize(p, ratio=options.ratio, rng=rng, scale=shared)
-            sums = gternary.aggregate(self._exchange(lines), max_workers=caps.max_workers,
+                tick = self._phase(route, "write_back", tick)
+            gathered = self._exchange(lines)
+            tick = self._phase(route, "exchange", tick)
+            sums = gternary.aggregate(gathered, max_workers=caps.max_workers,
                                       counter_bits=caps.counter_bits)
+            tick = self._phase(route, "fold", tick)
             readout = Readout.GATED
-            readout_lines = gternary.readout(sums, readout=readout, gate=options.gate,
-                                             counter_bits=caps.counter_bits)
+            if self.device is None:
+                readout_lines = gternary.readout(sums, readout=readout, gate=options.gate,
+                                                 counter_bits=caps.counter_bits)
+            else:
+                readout_lines = self.device.aggregate(route, gathered, readout=readout,
+                                                      gate=options.gate)
+            tick = self._phase(route, readout_phase, tick)
             values = gternary.decode(readout_lines, readout=readout, n_elements=count,
                                      line_bits=self.line_bits,
                                      counter_bits=caps.counter_bits).astype(np.float32)
-            agreement = np.abs(sums.reshape(-1)[:count].astype(np.float32)) / world
+            tick = self._phase(route, "readout", tick)
+            agreement = sums.reshape(-1)[:count].astype(np.float32)  # |sum| / world
+            np.abs(agreement, out=agreement)
+            agreement /= world
+            tick = self._phase(route, "fold", tick)
             own = None if own is None else own.astype(np.float32)
         self.traffic.count_window(route, count, readout=readout, counter_bits=caps.counter_bits,
                                   world_size=world)
@@ -484,13 +585,14 @@ class FabricHook:
         for k, index in enumerate(indices):
             name, offset, numel = segments[index]
             start = starts[k]
-            update = values[start:start + numel] * scales[k]
-            flat[offset:offset + numel] = update
+            np.multiply(values[start:start + numel], scales[k], out=flat[offset:offset + numel])
             if own is not None:  # what this worker's own compression dropped
                 mine = own[start:start + numel]
-                local_l1 = float(np.abs(p[start:start + numel]).sum(dtype=np.float64))
-                local_scale = local_l1 / max(int(np.count_nonzero(mine)), 1)
-                self._residual[name] = p[start:start + numel] - np.float32(local_scale) * mine
+                # sum |p| of this slice, as the statistics summed it before the all-reduce
+                local_scale = float(own_l1[index]) / max(int(np.count_nonzero(mine)), 1)
+                residual = mine * np.float32(local_scale)
+                self._residual[name] = np.subtract(p[start:start + numel], residual, out=residual)
             acc = self._regions[self.regions[name]]
             acc.agreement += float(agreement_sums[k])
             acc.agreement_elements += numel
+        self._phase(route, "write_back", tick)

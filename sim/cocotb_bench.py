@@ -27,7 +27,6 @@ import collections
 import dataclasses
 import json
 import os
-import pathlib
 import time
 
 import numpy as np
@@ -35,102 +34,16 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, FallingEdge, ReadOnly
 
 from ..golden.controller import ControllerModel, Op, Request, Status
-from ..golden.params import FabricParams
 from ..gen.verilog import UNIT_ROLES
 from ..golden.regmap import TIMING_COUNTERS
-from .scenarios import CsrRead, CsrWrite
+from .manifest import Manifest, Payload
+from .scenarios import CsrRead, CsrWrite, Timing
 
 __all__ = ["CLOCK_NS", "Manifest", "Payload", "Wire", "Stream", "CsrBus", "Timing",
            "Reset", "Hold", "Stats", "Mismatch", "ControllerBench", "record_stats",
            "BLOCK_ROLES", "BLOCKS_TOPLEVEL", "blocks_wrapper"]
 
 CLOCK_NS = 10
-
-
-# --------------------------------------------------------------------------------- manifest
-
-
-class Manifest:
-    """The generated manifest of one parameter set.
-
-    Parameters
-    ----------
-    path : str or Path
-        ``manifest.json`` or the folder holding it.
-
-    Members
-    -------
-    folder : Path
-        The folder of the Verilog files.
-    params : FabricParams
-        The parameter set the Verilog was generated for.
-    data : dict
-        The manifest as read.
-    """
-
-    def __init__(self, path):
-        path = pathlib.Path(path)
-        if path.is_dir():
-            path = path / "manifest.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} does not exist; write it with "
-                                    f"`python -m neuron_fabric.gen --out build/verilog`")
-        self.folder = path.parent
-        self.data = json.loads(path.read_text(encoding="utf-8"))
-        self.params = FabricParams(**self.data["params"])
-
-    def block(self, role):
-        """The manifest entry of block ``role`` (``controller``, ``sign_count`` ...)."""
-        try:
-            return self.data["blocks"][role]
-        except KeyError:
-            raise KeyError(f"the manifest in {self.folder} has no block {role!r}; it has "
-                           f"{', '.join(self.data['blocks'])}") from None
-
-    def source(self, role):
-        return self.folder / self.block(role)["file"]
-
-    def ports(self, role):
-        """``{name: (direction, width)}`` of block ``role``."""
-        return {p["name"]: (p["direction"], p["width"]) for p in self.block(role)["ports"]}
-
-    def payload(self, role, port):
-        """The :class:`Payload` of stream ``port`` (``"i_req"``) of block ``role``."""
-        fields = self.block(role)["payloads"].get(f"{port}__payload")
-        if fields is None:
-            width = self.ports(role)[f"{port}__payload"][1]
-            fields = {"": [0, width]}
-        return Payload(fields)
-
-    @property
-    def registers(self):
-        return self.data["registers"]
-
-
-class Payload:
-    """Packing of a flattened stream payload: ``{field: [offset, width]}`` from the manifest.
-
-    A payload without a struct layout has one field named ``""``.
-    """
-
-    def __init__(self, fields):
-        self.fields = {name: (int(off), int(width)) for name, (off, width) in fields.items()}
-        self.width = max(off + width for off, width in self.fields.values())
-
-    def pack(self, **values):
-        word = 0
-        for name, value in values.items():
-            offset, width = self.fields[name]
-            word |= (int(value) & ((1 << width) - 1)) << offset
-        return word
-
-    def get(self, word, name):
-        offset, width = self.fields[name]
-        return (word >> offset) & ((1 << width) - 1)
-
-    def unpack(self, word):
-        return {name: (word >> off) & ((1 << width) - 1)
-                for name, (off, width) in self.fields.items()}
 
 
 # ------------------------------------------------------------------------------- signal access
@@ -269,20 +182,6 @@ class CsrBus:
 
 
 # --------------------------------------------------------------------------------- controller
-
-
-@dataclasses.dataclass(frozen=True)
-class Timing:
-    """What the bench's side of each interface does, drawn per cycle from the seed.
-
-    ``idle``: chance that the requester holds back a request it has; ``backpressure``:
-    chance that ``o_resp`` is not ready; ``mem_backpressure``: chance that ``o_mem`` is not
-    ready; ``mem_latency``: read latency of the memory in cycles, drawn from ``[low, high]``.
-    """
-    idle: float = 0.0
-    backpressure: float = 0.0
-    mem_backpressure: float = 0.0
-    mem_latency: tuple = (1, 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -191,6 +191,34 @@ def _summary(results, wall_s):
     return {"wall_s": wall_s, "simulators": rows, "jobs": results}
 
 
+#: Cycles of checked random traffic the harness plays on the top for its rate.
+HARNESS_CYCLES = 300_000
+
+
+def _harness_rate(top, summary, out):
+    """The top on the Verilator harness, without cocotb, after the simulators are done (so it
+    has a core to itself): cycles per second of random traffic checked against the model,
+    and of the RTL alone, each against cocotb's rate on the same top in this run."""
+    from .long_regression import run as long_run
+
+    _log(f"sim: the Verilator harness on {top.name}, {HARNESS_CYCLES:,} cycles of checked "
+         f"random traffic (no cocotb)")
+    try:
+        tally = long_run(top, cycles=HARNESS_CYCLES, seed=1, cache=out.parent / "harness",
+                         log=_log)
+    except Exception as error:  # reported beside the cocotb results, not fatal to them
+        return {"error": f"{type(error).__name__}: {error}"}
+    cocotb = next((r["top_cycles_per_s"] for r in summary["simulators"]
+                   if r["simulator"] == "verilator"), None)
+    rtl = tally.cycles / tally.rtl_s
+    checked = tally.cycles / (tally.rtl_s + tally.model_s)
+    return {"top": top.name, "cycles": tally.cycles, "requests": tally.requests,
+            "rtl_cycles_per_s": rtl, "checked_cycles_per_s": checked,
+            "cocotb_cycles_per_s": cocotb,
+            "ratio_rtl": rtl / cocotb if cocotb else None,
+            "ratio_checked": checked / cocotb if cocotb else None}
+
+
 def _rate(value):
     return "-" if value is None else f"{value:,.0f}"
 
@@ -212,6 +240,17 @@ def _markdown(summary):
         out.append(f"| {r['simulator']} | {r['job']} | {r['toplevel']} | {r['tests']} | "
                    f"{r['failed']} | {r.get('lines', 0) + r.get('mem_lines', 0):,} | "
                    f"{r.get('cycles', 0):,} | {r.get('build_s', 0):.0f} | {r.get('run_s', 0):.0f} |")
+    h = summary.get("harness")
+    if h and "error" in h:
+        out += ["", f"Verilator harness (no cocotb): failed: {h['error']}"]
+    elif h:
+        ratio = (lambda v: "-" if v is None else f"{v:.1f}x")
+        out += ["", f"Verilator harness (no cocotb) on {h['top']}, random traffic with idles and "
+                f"backpressure, every response checked against the golden model, one core: "
+                f"{h['cycles']:,} cycles; {h['rtl_cycles_per_s']:,.0f} cycles/s in the RTL alone "
+                f"({ratio(h['ratio_rtl'])} cocotb's rate on the same top), "
+                f"{h['checked_cycles_per_s']:,.0f} cycles/s with the model's checks "
+                f"({ratio(h['ratio_checked'])})."]
     return "\n".join(out) + "\n"
 
 
@@ -295,6 +334,8 @@ def main(argv=None):
                                 tests=0, failed=0, error=f"the {simulator} run crashed "
                                 f"(exit {child.returncode})"))
     summary = _summary(results, time.perf_counter() - started)
+    if "verilator" in args.simulators:
+        summary["harness"] = _harness_rate(top, summary, out)
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     (out / "summary.md").write_text(_markdown(summary))
     _log("")
@@ -304,6 +345,8 @@ def main(argv=None):
         _log(f"{r['simulator']:<10} {r['tests']:>6} {r['failed']:>6} {r['lines_checked']:>14,} "
              f"{r['cycles']:>10,} {r['cycles_per_s']:>9,.0f} {_rate(r['top_cycles_per_s']):>13}")
     failed = [f"{r['simulator']}/{r['job']}: {r['error']}" for r in results if "error" in r]
+    if "error" in summary.get("harness", {}):
+        failed.append(f"harness: {summary['harness']['error']}")
     _log(f"sim: {'FAILED' if failed else 'all passed'} in {summary['wall_s']:.0f} s; "
          f"summary in {out / 'summary.md'} and {out / 'summary.json'}")
     for line in failed:

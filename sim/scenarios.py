@@ -15,8 +15,22 @@ from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route
 from ..golden.params import ADDR_BITS
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, window_register
 
-__all__ = ["CsrWrite", "CsrRead", "Window", "configure", "read_all_registers",
+__all__ = ["Timing", "CsrWrite", "CsrRead", "Window", "configure", "read_all_registers",
            "aggregation_round", "trace_rounds", "random_traffic"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """What the bench's side of each interface does, drawn per cycle from the seed.
+
+    ``idle``: chance that the requester holds back a request it has; ``backpressure``:
+    chance that ``o_resp`` is not ready; ``mem_backpressure``: chance that ``o_mem`` is not
+    ready; ``mem_latency``: read latency of the memory in cycles, drawn from ``[low, high]``.
+    """
+    idle: float = 0.0
+    backpressure: float = 0.0
+    mem_backpressure: float = 0.0
+    mem_latency: tuple = (1, 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,7 +43,12 @@ def _fake_reports(build):
         {"simulator": "icarus", "tests": 20, "failed": 0, "lines_checked": 1000, "ok": True,
          "top": "l128_w4_c3_d8_n2", "top_cycles_per_s": None},
         {"simulator": "verilator", "tests": 30, "failed": 2, "lines_checked": 123456,
-         "ok": False, "top": "l512_w16_c5_d64_n2", "top_cycles_per_s": 4321.0}]})
+         "ok": False, "top": "l512_w16_c5_d64_n2", "top_cycles_per_s": 4321.0}],
+        "harness": {"top": "l512_w16_c5_d64_n2", "rtl_cycles_per_s": 54321.0,
+                    "ratio_rtl": 12.57}})
+    _write(build / "train-rtl" / "report.json", {"params": {"line_bits": 512}, "runs": [
+        {"steps": 60, "bit_identical_steps": 60, "device": {"cycles": 1000}},
+        {"steps": 40, "bit_identical_steps": 40, "device": {"cycles": 234}}]})
 
     def arm(name, final, share, metric="test_accuracy"):
         return {"name": name, "final_metric": metric, "final": final, "device_share": share}
@@ -111,6 +116,13 @@ def test_table_rows_come_from_the_reports(tmp_path):
         "`l512_w16_c5_d64_n2` under traffic")
     assert rows["cocotb on Icarus"] == ("20 tests passed, 1,000 lines checked",
                                         "`build/sim/summary.md`")
+    assert rows["Verilator harness (no cocotb)"][0] == (
+        "54,321 cycles/s on `l512_w16_c5_d64_n2` under checked random traffic, one core "
+        "(12.6x cocotb's rate in the same run)")
+    assert rows["Training with the RTL in the loop"] == (
+        "100 of 100 steps bit-identical to the golden hooks over 2 runs (digits CNN and "
+        "character LM; G-Binary, G-Ternary, mixed FP32 buckets); 1,234 cycles of the 512-bit "
+        "top simulated", "`build/train-rtl/report.md`")
     assert rows["Training, digits CNN (test accuracy)"][0] == (
         "FP32 99.72%; G-Binary everywhere 99.44% at 3.13% of the device traffic; "
         "runtime policy 99.00% at 10.11% of the device traffic")

@@ -243,7 +243,8 @@ def test_report_is_written_for_a_tiny_model(tmp_path):
 
 def test_command_prints_where_the_reports_went(tmp_path, capsys):
     assert traffic_scale.main(["--out", str(tmp_path), "--steps", "30",
-                               "--models", "resnet18_cifar100"]) == 0
+                               "--models", "resnet18_cifar100", "--no-hook-cost"]) == 0
     out = capsys.readouterr().out
     assert "resnet18_cifar100" in out and str(tmp_path / "report.md") in out
     assert (tmp_path / "report.json").is_file()
+    assert not (tmp_path / "hook_cost.json").exists()  # timing the hooks was skipped
