@@ -21,7 +21,7 @@ from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "LOOP_LAYOUT", "FOLD_STAGE", "WRITE_STAGE",
-           "READ_WORD_STAGE", "FOLD_WORD_STAGE"]
+           "READ_WORD_STAGE", "FOLD_WORD_STAGE", "FLAGS_STAGE"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
 # control plane issues each word so that it is in the tile's own register at the stage
@@ -30,6 +30,7 @@ READ_WORD_STAGE = 4   #: the read word is in the tile's register; the slot row i
 FOLD_WORD_STAGE = 5   #: the fold word is in the tile's register
 FOLD_STAGE = 6        #: the lane groups fold (their copies of the fold word are loaded)
 WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's slices
+FLAGS_STAGE = 9       #: the fold's flags leave the tile (registered per lane, per group, per tile)
 
 # Copies of a control register exist to cut its fan-out; synthesis must not merge them.
 KEEP = {"keep": 1}
@@ -131,7 +132,8 @@ class LaneTile(wiring.Component):
         line.
     saturated, invalid : ``Out(1)``
         Registered: a fold three cycles ago saturated a lane, or met an invalid code (the
-        lanes' flags are registered, then ORed per group, then per tile).
+        lanes' flags are registered, then ORed per group, then per tile), at
+        :data:`FLAGS_STAGE`.
 
     Raises
     ------
@@ -195,9 +197,12 @@ class LaneTile(wiring.Component):
         # The copies above carry no reset (it would reach every one of them). For the few
         # cycles a word formed before a reset needs to leave the tile, nothing it does may
         # count: no buffer push, no flag. A row it writes is harmless, since the clearing
-        # sweep that follows every reset rewrites each slot.
-        settle = Signal(range(WRITE_STAGE - FOLD_WORD_STAGE + 2),
-                        init=WRITE_STAGE - FOLD_WORD_STAGE + 1, attrs=KEEP)
+        # sweep that follows every reset rewrites each slot. The count runs until the last
+        # such word's flags are out: the control plane's fold word clears only at the end of
+        # a reset's first cycle, so after a one-cycle reset the tile still loads the word
+        # formed before it once more, and its flags come out at FLAGS_STAGE.
+        settle = Signal(range(FLAGS_STAGE - FOLD_WORD_STAGE + 2),
+                        init=FLAGS_STAGE - FOLD_WORD_STAGE + 1, attrs=KEEP)
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
         live = settle == 0

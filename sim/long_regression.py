@@ -40,8 +40,8 @@ class Mismatch(AssertionError):
 @dataclasses.dataclass
 class Tally:
     """Totals of a run: cycles, requests, response lines and memory requests compared, CSR
-    reads compared, resets (and responses lost to them), and seconds in the RTL and the
-    model."""
+    reads compared, resets (and responses lost to them), and seconds spent building or
+    loading the harness, in the RTL and in the model."""
     cycles: int = 0
     requests: int = 0
     lines: int = 0
@@ -50,6 +50,7 @@ class Tally:
     resets: int = 0
     lost: int = 0
     bursts: int = 0
+    setup_s: float = 0.0
     rtl_s: float = 0.0
     model_s: float = 0.0
 
@@ -106,12 +107,14 @@ def run(verilog, *, cycles, seed=0, cache="build/harness", log=print, progress_e
     Raises :class:`Mismatch` at the first difference, naming the request, line and byte.
     """
     rng = np.random.default_rng(seed)
+    started = time.perf_counter()
     harness = Harness(verilog, seed=seed, cache=cache, log=log)
+    setup_s = time.perf_counter() - started
     p = harness.params
     model = ControllerModel(p)
     regmap = harness.regmap
     timing_counters = {regmap[name].address for name in TIMING_COUNTERS}
-    tally = Tally()
+    tally = Tally(setup_s=setup_s)
     index = 0
     started = last_report = time.perf_counter()
     while tally.cycles < cycles:
@@ -182,8 +185,11 @@ def _markdown(tally, params, wall, seed):
         f"| CSR reads compared | {tally.csr_reads:,} |",
         f"| Resets with responses in flight (responses lost) | {tally.resets} ({tally.lost}) |",
         f"| Wall time | {wall:.1f} s |",
+        f"| Building or loading the harness | {tally.setup_s:.1f} s |",
         f"| In the RTL (harness clock loop) | {tally.rtl_s:.1f} s, {rate:,.0f} cycles/s |",
         f"| In the golden model and the checks | {tally.model_s:.1f} s |",
+        f"| Making the traffic, packing requests, CSR accesses | "
+        f"{wall - tally.setup_s - tally.rtl_s - tally.model_s:.1f} s |",
         "",
     ])
 

@@ -184,3 +184,23 @@ def test_training_stops_at_a_planted_bug(tie_bug_verilog, harness_cache, tmp_pat
     assert fields["golden"] != fields["rtl"]
     assert f"{fields['parameter']}[{fields['element']}]" in str(caught.value)
     assert (tmp_path / "mismatch.json").is_file()
+
+
+def test_a_one_cycle_reset_drops_the_flags_of_words_in_flight(small_verilog, small_library):
+    """A G-Ternary write with invalid codes, followed by 0 to 7 plain memory writes, then a
+    one-cycle reset: whatever stage the write has reached, neither INVALID_LINES nor ERRORS
+    may count it afterwards (the reset empties every counter and flag)."""
+    with Harness(small_verilog, library=small_library) as harness:
+        p = harness.params
+        invalid = bytes([0b10101010]) * harness.line_bytes  # every lane holds code 10
+        for behind in range(8):
+            harness.csr_write("NUM_WORKERS", 1)
+            harness.csr_write("WIN0_SIZE", p.depth)
+            harness.csr_write("WIN0_CONFIG", EN=1, ROUTE=1, READOUT=3)
+            harness.csr_write("CONTROL", ENABLE=1)
+            requests = [Request(Op.WRITE, 0, 0, invalid)]
+            requests += [Request(Op.WRITE, 1000 + k, 0, invalid) for k in range(behind)]
+            harness.play(requests, reset_after=1)
+            harness.idle(4 * p.depth * p.num_windows)  # past the clearing sweep
+            assert (behind, harness.csr_read("INVALID_LINES"), harness.csr_read("ERRORS")) == (
+                behind, 0, 0)
