@@ -481,6 +481,29 @@ class FabricHook:
         dist.all_gather(gathered, mine)
         return torch.stack(gathered).numpy()
 
+    def _window(self, route, lines, *, readout, count, tick, **readout_args):
+        """One aggregation window of ``route``: every worker's ``lines`` exchanged, folded on
+        the host (the per-lane values behind the statistics) and read out, by the golden
+        readout (``readout_args`` are its own) or by the device. Returns the per-lane counts
+        or sums, the ``count`` decoded values and the time the last phase ended."""
+        module, caps = route_spec(route).golden, self.caps
+        gathered = self._exchange(lines)
+        tick = self._phase(route, "exchange", tick)
+        acc = module.aggregate(gathered, max_workers=caps.max_workers,
+                               counter_bits=caps.counter_bits)
+        tick = self._phase(route, "fold", tick)
+        if self.device is None:
+            readout_lines = module.readout(acc, readout=readout, counter_bits=caps.counter_bits,
+                                           **readout_args)
+        else:  # the device call stands for the golden readout; it is timed on its own
+            readout_lines = self.device.aggregate(route, gathered, readout=readout,
+                                                  gate=readout_args.get("gate"))
+            tick = self._phase(route, "device", tick)
+        values = module.decode(readout_lines, readout=readout, n_elements=count,
+                               line_bits=self.line_bits,
+                               counter_bits=caps.counter_bits).astype(np.float32)
+        return acc, values, self._phase(route, "readout", tick)
+
     def _low_bit(self, route, flat, segments, indices, compressed, totals, own_l1, bucket_index):
         tick = time.perf_counter()
         sizes = [segments[i][2] for i in indices]
@@ -489,29 +512,15 @@ class FabricHook:
         count = p.size
         world, caps = self.world_size, self.caps
         tick = self._phase(route, "encode", tick)
-        # The device call stands for the golden readout; it is timed on its own.
-        readout_phase = "readout" if self.device is None else "device"
         if route == GBINARY:
             options = self.gbinary
             flip = self._dither(count, bucket_index, route) if options.dither else None
             signal = p * flip if flip is not None else p
             lines = gbinary.encode(signal, line_bits=self.line_bits)
             tick = self._phase(route, "encode", tick)
-            gathered = self._exchange(lines)
-            tick = self._phase(route, "exchange", tick)
-            counts = gbinary.aggregate(gathered, max_workers=caps.max_workers,
-                                       counter_bits=caps.counter_bits)
-            tick = self._phase(route, "fold", tick)
             readout = options.device_readout
-            if self.device is None:
-                readout_lines = gbinary.readout(counts, readout=readout, num_workers=world,
-                                                counter_bits=caps.counter_bits)
-            else:
-                readout_lines = self.device.aggregate(route, gathered, readout=readout)
-            tick = self._phase(route, readout_phase, tick)
-            values = gbinary.decode(readout_lines, readout=readout, n_elements=count,
-                                    line_bits=self.line_bits,
-                                    counter_bits=caps.counter_bits).astype(np.float32)
+            counts, values, tick = self._window(route, lines, readout=readout, count=count,
+                                                tick=tick, num_workers=world)
             if flip is not None:
                 values *= flip
             tick = self._phase(route, "readout", tick)
@@ -547,23 +556,9 @@ class FabricHook:
                     [self.seed, self.rank, self.step, bucket_index])
                 own = gternary.ternarize(p, ratio=options.ratio, rng=rng, scale=shared)
                 tick = self._phase(route, "write_back", tick)
-            gathered = self._exchange(lines)
-            tick = self._phase(route, "exchange", tick)
-            sums = gternary.aggregate(gathered, max_workers=caps.max_workers,
-                                      counter_bits=caps.counter_bits)
-            tick = self._phase(route, "fold", tick)
             readout = Readout.GATED
-            if self.device is None:
-                readout_lines = gternary.readout(sums, readout=readout, gate=options.gate,
-                                                 counter_bits=caps.counter_bits)
-            else:
-                readout_lines = self.device.aggregate(route, gathered, readout=readout,
-                                                      gate=options.gate)
-            tick = self._phase(route, readout_phase, tick)
-            values = gternary.decode(readout_lines, readout=readout, n_elements=count,
-                                     line_bits=self.line_bits,
-                                     counter_bits=caps.counter_bits).astype(np.float32)
-            tick = self._phase(route, "readout", tick)
+            sums, values, tick = self._window(route, lines, readout=readout, count=count,
+                                              tick=tick, gate=options.gate)
             agreement = sums.reshape(-1)[:count].astype(np.float32)  # |sum| / world
             np.abs(agreement, out=agreement)
             agreement /= world

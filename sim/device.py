@@ -22,17 +22,15 @@ import torch
 import torch.distributed as dist
 
 from ..golden.controller import Op, Status
-from ..golden.formats import Readout, Route, readout_lines_per_slot
-from ..host.runtime import GBINARY, GTERNARY
+from ..golden.formats import ROUTE_SPECS, Readout, readout_lines_per_slot, route_spec
 from .harness import Harness, Requests
 from .manifest import Manifest
 from .scenarios import Timing
 
 __all__ = ["DeviceError", "DeviceTally", "RtlDevice"]
 
-#: The window each low-bit route is served by, and where the FP32 round trips land.
-_WINDOWS = {GBINARY: 0, GTERNARY: 1}
-_ROUTES = {GBINARY: Route.GBINARY, GTERNARY: Route.GTERNARY}
+#: Window ``k`` serves the route encoded ``k`` from line ``(k + 1) * _WINDOW_BASE``; the FP32
+#: round trips land beyond every window.
 _WINDOW_BASE = 0x1000
 _FP32_BASE = 0x100000
 
@@ -78,14 +76,17 @@ class RtlDevice:
         self.params = Manifest(verilog).params
         self.tally = DeviceTally()
         self.harness = None
-        self._config = {}
+        self._readouts = {}
         self._gate = None
+        if world_size > self.params.max_workers:
+            raise DeviceError(f"world_size {world_size} is more than the device's "
+                              f"MAX_WORKERS {self.params.max_workers}")
+        if self.params.num_windows < len(ROUTE_SPECS):
+            raise DeviceError(f"the device has {self.params.num_windows} windows; a window "
+                              f"per route needs {len(ROUTE_SPECS)}")
         if rank == 0:
             self.harness = Harness(verilog, seed=seed, timing=timing, library=library,
                                    cache=cache)
-            if world_size > self.params.max_workers:
-                raise DeviceError(f"world_size {world_size} is more than the device's "
-                                  f"MAX_WORKERS {self.params.max_workers}")
             # A driver's start: empty every slot, then serve.
             self.harness.csr_write("CONTROL", CLEAR_SLOTS=1)
             self.harness.csr_write("NUM_WORKERS", world_size)
@@ -95,18 +96,18 @@ class RtlDevice:
 
     def _program(self, route, readout, gate):
         """Set the route's window and GATE, only when they change (a CONFIG write clears)."""
-        h, p = self.harness, self.harness.params
-        window = _WINDOWS[route]
-        want = (int(_ROUTES[route]), int(readout))
-        if self._config.get(window) != want:
-            h.csr_write(f"WIN{window}_BASE", _WINDOW_BASE * (window + 1))
-            h.csr_write(f"WIN{window}_SIZE", p.depth)
-            h.csr_write(f"WIN{window}_CONFIG", EN=1, ROUTE=want[0], READOUT=want[1])
-            self._config[window] = want
+        h = self.harness
+        window = int(route_spec(route).route)
+        base = _WINDOW_BASE * (window + 1)
+        if self._readouts.get(window) != readout:
+            h.csr_write(f"WIN{window}_BASE", base)
+            h.csr_write(f"WIN{window}_SIZE", self.params.depth)
+            h.csr_write(f"WIN{window}_CONFIG", EN=1, ROUTE=window, READOUT=int(readout))
+            self._readouts[window] = readout
         if gate is not None and gate != self._gate:
             h.csr_write("GATE", gate)
             self._gate = gate
-        return _WINDOW_BASE * (window + 1)
+        return base
 
     # ---------------------------------------------------------------- the hook's calls
 

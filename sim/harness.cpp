@@ -33,7 +33,6 @@ namespace {
 // A port of any width as 32-bit words: Verilator keeps ports up to 64 bits in an integer
 // and wider ones in a VlWide array of 32-bit words, least significant first.
 template <std::size_t N> uint32_t* words(VlWide<N>& port) { return port.data(); }
-template <std::size_t N> const uint32_t* words(const VlWide<N>& port) { return port.data(); }
 
 // Copy `width` bits from src (a little-endian byte string) into dst at bit `offset`, one
 // destination word at a time: a 512-bit line is 17 word writes, not 512 bit writes.
@@ -234,11 +233,6 @@ uint32_t nf_csr_read(void* handle, uint32_t addr) {
     h->top->csr___05Fr_stb = 0;
     h->settle();
     return h->top->csr___05Fr_data;
-}
-
-void nf_mem_poke(void* handle, uint32_t addr, const uint8_t* line) {
-    auto* h = static_cast<Harness*>(handle);
-    h->memory[addr].assign(reinterpret_cast<const char*>(line), h->line_bytes);
 }
 
 // 1 and the line when `addr` was written, 0 otherwise.

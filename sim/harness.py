@@ -221,7 +221,6 @@ def _bind(library):
         "nf_idle": ([handle, ctypes.c_int], None),
         "nf_csr_write": ([handle, ctypes.c_uint32, ctypes.c_uint32], None),
         "nf_csr_read": ([handle, ctypes.c_uint32], ctypes.c_uint32),
-        "nf_mem_poke": ([handle, ctypes.c_uint32, _u8p], None),
         "nf_mem_peek": ([handle, ctypes.c_uint32, _u8p], ctypes.c_int),
         "nf_mem_size": ([handle], ctypes.c_int64),
         "nf_mem_addresses": ([handle, _u32p], None),

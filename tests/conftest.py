@@ -33,3 +33,16 @@ def small_verilog(tmp_path_factory):
     folder = tmp_path_factory.mktemp("verilog") / PRESETS["small"].name
     generate(PRESETS["small"], folder, log=lambda line: None)
     return folder
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    """A one-worker gloo process group in this process, for the tests of one module."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized in this process")
+    store = tmp_path_factory.mktemp("store") / "file"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -20,17 +20,6 @@ CAPS = DeviceCaps.from_params()
 LOW_BIT_PHASES = {"encode", "exchange", "fold", "readout", "write_back"}
 
 
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    """A one-worker gloo process group in this process."""
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 class Mixed(torch.nn.Module):
     """Parameters of every role: backbone, bias, norm, embedding and head."""
 

@@ -22,17 +22,6 @@ from neuron_fabric.host.runtime import (FP32, GBINARY, GTERNARY, CapacityError, 
                                           DeviceCaps, GBinaryOptions, GTernaryOptions)
 
 
-@pytest.fixture(scope="module")
-def group(tmp_path_factory):
-    """A one-worker gloo process group in this process."""
-    if dist.is_initialized():
-        pytest.skip("a process group is already initialized in this process")
-    store = tmp_path_factory.mktemp("store") / "file"
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
 class Net(torch.nn.Module):
     """Parameters of three roles, sized so that the low-bit streams span several lines."""
 
