@@ -15,9 +15,10 @@ from ..golden.controller import Op, Status
 from ..golden.formats import ROUTE_SPECS, Readout, Route
 from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
+from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
 from .layouts import CSRBusSignature, readout_lines
-from .lane_tile import fold_word_layout, most_readout_lines, read_word_layout
+from .lane_tile import KEEP, fold_word_layout, most_readout_lines, read_word_layout
 from .sign_count import majority_thresholds
 from .ternary_gate import gate_less_one
 
@@ -65,13 +66,17 @@ class ControlPlane(wiring.Component):
     params : FabricParams
     buffer_depth : int
         Entries of the response and memory-request buffers.
+    word_copies : int
+        Copies of the control words' registers, each for its own group of tiles.
 
     Members
     -------
     i_req : ``In(stream.Signature(request_control_layout(...)))``
     csr : ``In(CSRBusSignature)``
-    read_word, fold_word : ``Out``
-        The tiles' control words (registered; see :mod:`~neuron_fabric.hw.lane_tile`).
+    read_words, fold_words : ``Out(...).array(word_copies)``
+        The tiles' control words (registered; see :mod:`~neuron_fabric.hw.lane_tile`), one
+        copy per group of tiles: a copy's register is free to sit between the control
+        plane's logic and its tiles, so no single register drives the whole row.
     o_resp : ``Out(stream.Signature(response_control_layout()))``
         The response beat at the head of the buffer.
     o_mem : ``Out(stream.Signature(memory_control_layout()))``
@@ -83,11 +88,12 @@ class ControlPlane(wiring.Component):
         An output is stalled this cycle (counted in STALL_CYCLES).
     """
 
-    def __init__(self, *, params, buffer_depth=16):
+    def __init__(self, *, params, buffer_depth=16, word_copies=1):
         if not isinstance(params, FabricParams):
             raise TypeError(f"params must be a FabricParams, not {params!r}")
         self.params = params
         self.buffer_depth = buffer_depth
+        self.word_copies = check_int("word_copies", word_copies, low=1)
         self.regmap = register_map(params)
         p = params
         self.rows = p.num_windows * p.depth
@@ -98,10 +104,11 @@ class ControlPlane(wiring.Component):
         super().__init__({
             "i_req": In(stream.Signature(request_control_layout(worker_bits=p.worker_bits))),
             "csr": In(CSRBusSignature(addr_width=self.regmap.address_bits)),
-            "read_word": Out(read_word_layout(self.rows)),
-            "fold_word": Out(fold_word_layout(max_workers=p.max_workers,
-                                              counter_bits=p.counter_bits,
-                                              readout_lines=self.readout_lines)),
+            "read_words": Out(read_word_layout(self.rows)).array(self.word_copies),
+            "fold_words": Out(fold_word_layout(max_workers=p.max_workers,
+                                               counter_bits=p.counter_bits,
+                                               readout_lines=self.readout_lines)
+                              ).array(self.word_copies),
             "o_resp": Out(stream.Signature(response_control_layout())),
             "o_mem": Out(stream.Signature(memory_control_layout())),
             "saturated": In(1),
@@ -279,9 +286,10 @@ class ControlPlane(wiring.Component):
         # in their block RAM by then, so they take its result instead, chosen here.
         by_two = w1_writes & (w1_row == d["row"])
         by_three = w2_writes & (w2_row == d["row"])
-        m.d.sync += [self.read_word.row.eq(d["row"]),
-                     self.read_word.use_earlier.eq(by_two | by_three),
-                     self.read_word.earlier_by_three.eq(~by_two)]
+        read_word = Signal.like(self.read_words[0], name="read_word_next")
+        m.d.comb += [read_word.row.eq(d["row"]),
+                     read_word.use_earlier.eq(by_two | by_three),
+                     read_word.earlier_by_three.eq(~by_two)]
 
         # The bitmaps are read as the word enters the word stage, and the read data is
         # registered (in a block RAM, its output register), in time for the status stage.
@@ -354,24 +362,32 @@ class ControlPlane(wiring.Component):
         beat_answers = s["beat_word"] & readout_answered
         writes_row = fold | read_clears | s["sweep"]
         gbinary = s["route"] == Route.GBINARY
-        m.d.sync += [
-            self.fold_word.fold_gbinary.eq(fold & gbinary),
-            self.fold_word.fold_gternary.eq(fold & ~gbinary),
-            self.fold_word.clear.eq(read_clears | s["sweep"]),
-            self.fold_word.write_row.eq(writes_row),
-            self.fold_word.from_last.eq(from_w1),
-            self.fold_word.capture.eq(~s["beat_word"]),
-            self.fold_word.gbinary.eq(gbinary),
-            self.fold_word.readout.eq(s["readout"]),
-            self.fold_word.majority.eq(majority_thresholds(num_workers, max_workers=MW)),
-            self.fold_word.gate_less_one.eq(gate_less_one(reg("GATE", "GATE"),
+        fold_word = Signal.like(self.fold_words[0], name="fold_word_next")
+        m.d.comb += [
+            fold_word.fold_gbinary.eq(fold & gbinary),
+            fold_word.fold_gternary.eq(fold & ~gbinary),
+            fold_word.clear.eq(read_clears | s["sweep"]),
+            fold_word.write_row.eq(writes_row),
+            fold_word.from_last.eq(from_w1),
+            fold_word.capture.eq(~s["beat_word"]),
+            fold_word.readout.eq(s["readout"]),
+            fold_word.majority.eq(majority_thresholds(num_workers, max_workers=MW)),
+            fold_word.gate_less_one.eq(gate_less_one(reg("GATE", "GATE"),
                                                           counter_bits=p.counter_bits)),
-            self.fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
-            self.fold_word.quiet.eq(~beat_answers & ~answers_readout),
-            self.fold_word.push_response.eq(request | beat_answers),
-            self.fold_word.push_memory.eq(request & to_memory),
-            self.fold_word.memory_read.eq(request & to_memory & ~is_write),
+            fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
+            fold_word.quiet.eq(~beat_answers & ~answers_readout),
+            fold_word.push_response.eq(request | beat_answers),
+            fold_word.push_memory.eq(request & to_memory),
+            fold_word.memory_read.eq(request & to_memory & ~is_write),
         ]
+
+        # Each copy of the words feeds its own group of tiles; kept through synthesis, so
+        # that each can sit between the control plane and its tiles.
+        for index, (read_port, fold_port) in enumerate(zip(self.read_words, self.fold_words)):
+            read_copy = Signal.like(read_word, name=f"read_word_{index}", attrs=KEEP)
+            fold_copy = Signal.like(fold_word, name=f"fold_word_{index}", attrs=KEEP)
+            m.d.sync += [read_copy.eq(read_word), fold_copy.eq(fold_word)]
+            m.d.comb += [read_port.eq(read_copy), fold_port.eq(fold_copy)]
 
         # ------------------------------------------------------------ 4. write-back
         m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"])]

@@ -23,6 +23,8 @@ LATENCY = WRITE_STAGE + 1
 TILE_LANES = 32
 #: The default line bits per copy of a tile's control fields.
 GROUP_LANES = 8
+#: Tiles fed by one copy of the control plane's words.
+TILES_PER_WORD_COPY = 4
 
 
 class Controller(wiring.Component):
@@ -101,13 +103,15 @@ class Controller(wiring.Component):
         self.max_reads = check_int("max_reads", max_reads, low=1, high=1024)
         self.buffer_depth = check_int("buffer_depth", buffer_depth, low=2, high=1024)
         # Built here so that their parameter checks run before the signature exists.
-        self._control = ControlPlane(params=params, buffer_depth=self.buffer_depth)
+        tiles = params.line_bits // self.tile_lanes
+        self._control = ControlPlane(params=params, buffer_depth=self.buffer_depth,
+                                     word_copies=-(-tiles // TILES_PER_WORD_COPY))
         self.regmap = self._control.regmap
         self._tiles = [
             LaneTile(tile_lanes=self.tile_lanes, group_lanes=group_lanes,
                      max_workers=params.max_workers, counter_bits=params.counter_bits,
                      rows=self._control.rows, buffer_depth=self.buffer_depth)
-            for _ in range(params.line_bits // self.tile_lanes)]
+            for _ in range(tiles)]
         p = params
         super().__init__({
             "i_req": In(stream.Signature(request_layout(line_bits=p.line_bits,
@@ -142,8 +146,8 @@ class Controller(wiring.Component):
         ]
         for index, tile in enumerate(tiles):
             m.d.comb += [tile.i_data.eq(lanes(request.data, index)),
-                         tile.read_word.eq(control.read_word),
-                         tile.fold_word.eq(control.fold_word)]
+                         tile.read_word.eq(control.read_words[index // TILES_PER_WORD_COPY]),
+                         tile.fold_word.eq(control.fold_words[index // TILES_PER_WORD_COPY])]
 
         # Memory requests: the narrow part from the control plane, the line from the tiles.
         m.d.comb += [

@@ -65,8 +65,7 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "clear": 1,           # write an empty row (READ_CLEAR, or the clearing sweep)
         "write_row": 1,       # write the result back
         "from_last": 1,       # the previous word wrote this row: fold its result
-        "capture": 1,         # keep this word's readout (not a later beat of a readout)
-        "gbinary": 1,         # the route whose readout is kept
+        "capture": 1,         # keep this word's readout (not a later beat)
         "readout": Readout,   # the readout kind
         "majority": majority_layout(max_workers),
         "gate_less_one": unsigned(counter_bits + 1),

@@ -57,7 +57,7 @@ def test_hardware_fields_are_as_wide_as_the_golden_enums():
     plane = ControlPlane(params=SMALL)
     assert plane.i_req.payload.shape()["op"].width == enum_bits(Op)
     assert plane.o_resp.payload.shape()["status"].width == enum_bits(Status)
-    assert plane.fold_word.shape()["readout"].width == enum_bits(Readout)
+    assert plane.fold_words[0].shape()["readout"].width == enum_bits(Readout)
     tile = LaneTile(tile_lanes=8, group_lanes=8, max_workers=4, rows=16)
     assert tile.fold_word.shape()["readout"].width == enum_bits(Readout)
     # The CSR fields the control plane reads the route and readout from have the same widths.
