@@ -39,11 +39,10 @@ ASIC_CLOCKS_MHZ = {"ASIC 1 GHz": 1000.0, "ASIC 2 GHz": 2000.0}
 #: The default ``--timeout``: twice the longest 512-bit place and route that routed (about
 #: 32 minutes), so a router2 run that stalls without diverging cannot hold the flow for hours.
 TOOL_TIMEOUT_S = 3600.0
-#: Spare seeds of ``ecp5`` for a seed that fails: the 512-bit top routes on about one seed in
-#: three (3 of 9 at speed 6, 3 of 10 at speed 8), and these reach three routed seeds at both.
+#: Spare seeds of ``ecp5`` for a seed that fails (a router2 run that diverges or times out).
+#: The tiled 512-bit top routed on all of seeds 1-3 at both grades; the spares are insurance.
 ECP5_SPARE_SEEDS = list(range(4, 11))
-#: The board build tries the top's first seed and this many of the spares: a 512-bit board
-#: run takes half an hour or less, and both seeds tried on the current harness routed.
+#: The board build tries the top's first seed and this many of the spares.
 BOARD_SPARES = 3
 
 
