@@ -3,7 +3,7 @@
 Decode, the contribution bitmaps and statuses, the CSRs, the clearing sweep, admission by
 credits, and the order of responses and memory requests all live here, one small block
 beside the row of lane tiles. It decides everything a tile needs ahead of time and sends it
-as two registered control words, so the wide datapath never waits and no decision is made
+as three registered control words, so the wide datapath never waits and no decision is made
 from across the die.
 """
 
@@ -18,7 +18,8 @@ from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
 from .layouts import CSRBusSignature, readout_lines
-from .lane_tile import KEEP, fold_word_layout, most_readout_lines, read_word_layout
+from .lane_tile import (KEEP, Source, fold_word_layout, forward_word_layout, most_readout_lines,
+                        read_word_layout)
 from .sign_count import majority_thresholds
 from .ternary_gate import gate_less_one
 
@@ -49,10 +50,11 @@ class ControlPlane(wiring.Component):
 
     0. the request's address is compared with every window's bounds (registered from the
        CSRs a cycle earlier);
-    1. the window is chosen from the registered compares;
-    2. the word is formed; its row's bitmap is read; the read word leaves for the tiles,
-       with the forwarding choice for writes two or three words ahead;
-    3. status from the bitmap (forwarded from the two words ahead); the fold word leaves;
+    1. the window is chosen from the registered compares; the read word (the row) leaves
+       for the tiles;
+    2. the word is formed; its row's bitmap is read; the forward word leaves, saying
+       whether a write two, three or four words ahead, still in flight, has the row;
+    3. status from the bitmap (forwarded from the three words ahead); the fold word leaves;
     4. the bitmap is written back; flags and counters count the word;
     7. the word's response and memory request enter the buffers, with the tiles' slices.
 
@@ -73,7 +75,7 @@ class ControlPlane(wiring.Component):
     -------
     i_req : ``In(stream.Signature(request_control_layout(...)))``
     csr : ``In(CSRBusSignature)``
-    read_words, fold_words : ``Out(...).array(word_copies)``
+    read_words, forward_words, fold_words : ``Out(...).array(word_copies)``
         The tiles' control words (registered; see :mod:`~neuron_fabric.hw.lane_tile`), one
         copy per group of tiles: a copy's register is free to sit between the control
         plane's logic and its tiles, so no single register drives the whole row.
@@ -105,6 +107,7 @@ class ControlPlane(wiring.Component):
             "i_req": In(stream.Signature(request_control_layout(worker_bits=p.worker_bits))),
             "csr": In(CSRBusSignature(addr_width=self.regmap.address_bits)),
             "read_words": Out(read_word_layout(self.rows)).array(self.word_copies),
+            "forward_words": Out(forward_word_layout()).array(self.word_copies),
             "fold_words": Out(fold_word_layout(max_workers=p.max_workers,
                                                counter_bits=p.counter_bits,
                                                readout_lines=self.readout_lines)
@@ -270,11 +273,12 @@ class ControlPlane(wiring.Component):
         # Writes still in flight, by distance: ``w1`` one word ahead of the status stage
         # (stage 4), ``w2`` two words ahead (stage 5), ``w3`` three (stage 6).
         w1_writes, w2_writes, w3_writes = Signal(), Signal(), Signal()
-        w1_row, w2_row = Signal(range(rows), reset_less=True), Signal(range(rows), reset_less=True)
+        w1_row, w2_row, w3_row = (Signal(range(rows), name=f"w{k}_row", reset_less=True)
+                                  for k in (1, 2, 3))
         w1_bitmap, w2_bitmap, w3_bitmap = (Signal(MW, name=f"w{k}_bitmap", reset_less=True)
                                            for k in (1, 2, 3))
         m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap),
-                     w3_writes.eq(w2_writes), w3_bitmap.eq(w2_bitmap)]
+                     w3_writes.eq(w2_writes), w3_row.eq(w2_row), w3_bitmap.eq(w2_bitmap)]
         # Whether the word has the row of the write one, two or three words ahead of it, worked
         # out as it enters the status stage, so that the status stage only combines.
         same_row = Signal(3)
@@ -282,14 +286,20 @@ class ControlPlane(wiring.Component):
         from_w1, from_w2, from_w3 = (w1_writes & same_row[0], w2_writes & same_row[1],
                                      w3_writes & same_row[2])
 
-        # The tiles read the row now; a write two or three words ahead of this word is not
-        # in their block RAM by then, so they take its result instead, chosen here.
-        by_two = w1_writes & (w1_row == d["row"])
-        by_three = w2_writes & (w2_row == d["row"])
+        # The tiles read the row (sent a cycle ago); a write two, three or four words ahead
+        # of this word is not in their block RAM by then, so they take its result instead,
+        # the nearest one, chosen here.
         read_word = Signal.like(self.read_words[0], name="read_word_next")
-        m.d.comb += [read_word.row.eq(d["row"]),
-                     read_word.use_earlier.eq(by_two | by_three),
-                     read_word.earlier_by_three.eq(~by_two)]
+        m.d.comb += read_word.row.eq(word_row)
+        forward_word = Signal.like(self.forward_words[0], name="forward_word_next")
+        with m.If(w1_writes & (w1_row == d["row"])):
+            m.d.comb += forward_word.source.eq(Source.TWO_AHEAD)
+        with m.Elif(w2_writes & (w2_row == d["row"])):
+            m.d.comb += forward_word.source.eq(Source.THREE_AHEAD)
+        with m.Elif(w3_writes & (w3_row == d["row"])):
+            m.d.comb += forward_word.source.eq(Source.FOUR_AHEAD)
+        with m.Else():
+            m.d.comb += forward_word.source.eq(Source.BLOCK_RAM)
 
         # The bitmaps are read as the word enters the word stage, and the read data is
         # registered (in a block RAM, its output register), in time for the status stage.
@@ -383,11 +393,14 @@ class ControlPlane(wiring.Component):
 
         # Each copy of the words feeds its own group of tiles; kept through synthesis, so
         # that each can sit between the control plane and its tiles.
-        for index, (read_port, fold_port) in enumerate(zip(self.read_words, self.fold_words)):
-            read_copy = Signal.like(read_word, name=f"read_word_{index}", attrs=KEEP)
-            fold_copy = Signal.like(fold_word, name=f"fold_word_{index}", attrs=KEEP)
-            m.d.sync += [read_copy.eq(read_word), fold_copy.eq(fold_word)]
-            m.d.comb += [read_port.eq(read_copy), fold_port.eq(fold_copy)]
+        words = {"read_word": (read_word, self.read_words),
+                 "forward_word": (forward_word, self.forward_words),
+                 "fold_word": (fold_word, self.fold_words)}
+        for name, (word, ports) in words.items():
+            for index, port in enumerate(ports):
+                copy = Signal.like(word, name=f"{name}_{index}", attrs=KEEP)
+                m.d.sync += copy.eq(word)
+                m.d.comb += port.eq(copy)
 
         # ------------------------------------------------------------ 4. write-back
         m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"])]

@@ -145,9 +145,11 @@ class Controller(wiring.Component):
             self.i_req.ready.eq(control.i_req.ready),
         ]
         for index, tile in enumerate(tiles):
+            copy = index // TILES_PER_WORD_COPY
             m.d.comb += [tile.i_data.eq(lanes(request.data, index)),
-                         tile.read_word.eq(control.read_words[index // TILES_PER_WORD_COPY]),
-                         tile.fold_word.eq(control.fold_words[index // TILES_PER_WORD_COPY])]
+                         tile.read_word.eq(control.read_words[copy]),
+                         tile.forward_word.eq(control.forward_words[copy]),
+                         tile.fold_word.eq(control.fold_words[copy])]
 
         # Memory requests: the narrow part from the control plane, the line from the tiles.
         m.d.comb += [

