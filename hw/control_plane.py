@@ -279,10 +279,12 @@ class ControlPlane(wiring.Component):
                                            for k in (1, 2, 3))
         m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap),
                      w3_writes.eq(w2_writes), w3_row.eq(w2_row), w3_bitmap.eq(w2_bitmap)]
-        # Whether the word has the row of the write one, two or three words ahead of it, worked
-        # out as it enters the status stage, so that the status stage only combines.
+        # Whether the word (in the word stage) has the row of the word one, two, three or four
+        # words ahead of it: the writes two to four ahead choose the tiles' forwarding now;
+        # one to three ahead are registered for the status stage, so that it only combines.
+        has_row_of = [ahead == d["row"] for ahead in (s["row"], w1_row, w2_row, w3_row)]
         same_row = Signal(3)
-        m.d.sync += same_row.eq(Cat(s["row"] == d["row"], w1_row == d["row"], w2_row == d["row"]))
+        m.d.sync += same_row.eq(Cat(has_row_of[:3]))
         from_w1, from_w2, from_w3 = (w1_writes & same_row[0], w2_writes & same_row[1],
                                      w3_writes & same_row[2])
 
@@ -292,11 +294,11 @@ class ControlPlane(wiring.Component):
         read_word = Signal.like(self.read_words[0], name="read_word_next")
         m.d.comb += read_word.row.eq(word_row)
         forward_word = Signal.like(self.forward_words[0], name="forward_word_next")
-        with m.If(w1_writes & (w1_row == d["row"])):
+        with m.If(w1_writes & has_row_of[1]):
             m.d.comb += forward_word.source.eq(Source.TWO_AHEAD)
-        with m.Elif(w2_writes & (w2_row == d["row"])):
+        with m.Elif(w2_writes & has_row_of[2]):
             m.d.comb += forward_word.source.eq(Source.THREE_AHEAD)
-        with m.Elif(w3_writes & (w3_row == d["row"])):
+        with m.Elif(w3_writes & has_row_of[3]):
             m.d.comb += forward_word.source.eq(Source.FOUR_AHEAD)
         with m.Else():
             m.d.comb += forward_word.source.eq(Source.BLOCK_RAM)

@@ -6,7 +6,7 @@ every slot, the fold of both routes, the forwarding of writes still in flight, i
 of every readout line and its slices of the response and memory-request buffers. Lanes
 never talk to each other, so nothing wide crosses from one tile to the next; the control
 plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile the same
-thing through two registered control words.
+thing through three registered control words.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
