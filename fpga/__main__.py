@@ -3,7 +3,8 @@
 Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/report.md``):
 
 - ``ecp5``: the default configuration: the controller top (once per ``--tile-lanes``
-  value) and every block (and the write-combining accumulator) out of context on both
+  value and per ``--floorplan-rows`` value, block RAMs placed by nextpnr or pinned by
+  :mod:`.floorplan`) and every block (and the write-combining accumulator) out of context on both
   speed grades, gate equivalents, a ULX3S board build of the top, the measured latency and
   the timing model;
 - ``sweep``: the controller top over LINE_BITS x MAX_WORKERS (and DEPTH), a table and a plot;
@@ -31,6 +32,7 @@ from ..gen.verilog import TOP_ROLE
 from ..hw.controller import TILE_LANES
 from . import report as _report
 from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers
+from .floorplan import check_rows
 
 #: What the 512-bit, 16-worker top must reach (median over seeds; LUT4 with carry cells
 #: counted). The structure aims further, at 175 and 250 MHz in 10,000 LUT4.
@@ -97,11 +99,13 @@ def _factories(params, *, with_top=True, tile_lanes=TILE_LANES):
     return out
 
 
-def _measure_block(factory, module, work, *, grades, seeds, args, spare_seeds=()):
+def _measure_block(factory, module, work, *, grades, seeds, args, spare_seeds=(),
+                   floorplan_rows=None):
     wrapped = port_registers(factory())
     return measure(wrapped, module=module, work=work, grades=grades, seeds=seeds,
                    ports=wrapped.ports, log=_log, timeout=args.timeout or None, jobs=args.jobs,
-                   cached_only=args.cached_only, spare_seeds=spare_seeds)
+                   cached_only=args.cached_only, spare_seeds=spare_seeds,
+                   floorplan_rows=floorplan_rows)
 
 
 _MAPPING = re.compile(r"mapping memory \S+?\.(\w+) via (\S+)")
@@ -155,9 +159,9 @@ def _spares(args, default, *, used):
     return [seed for seed in default if seed not in used]
 
 
-def _top_folder(name, tile_lanes):
-    """A top's work folder: one per tile width, so the runs of each are kept."""
-    return f"{name}_t{tile_lanes}"
+def _top_folder(name, tile_lanes, *, floorplan_rows=0):
+    """A top's work folder: one per tile width and floorplan, so the runs of each are kept."""
+    return f"{name}_t{tile_lanes}" + (f"_pinned{floorplan_rows}" if floorplan_rows else "")
 
 
 def _board_target(top, board_mhz):
@@ -246,13 +250,18 @@ def cmd_ecp5(args):
     spares = _spares(args, [] if args.quick else ECP5_SPARE_SEEDS, used=seeds + top_seeds)
     out = args.out
     work = out / "work" / params.name
-    # The first tile width is the default configuration's: its top is ``top``, and its lane
-    # tile, gate equivalents and board build are the report's. The others are ``other_tops``.
+    # The first tile width and floorplan are the default configuration's: its top is ``top``,
+    # and its lane tile, gate equivalents and board build are the report's. The other
+    # combinations are ``other_tops``.
     tile_lanes = list(dict.fromkeys(args.tile_lanes)) or [TILE_LANES]
+    floorplans = list(dict.fromkeys(args.floorplan_rows)) or [0]
+    for rows in floorplans:
+        if rows:
+            check_rows(rows)
     tops = []
     for lanes in tile_lanes:  # built before any run, so that a bad width is refused at once
         module, factory = _factories(params, tile_lanes=lanes)[TOP_ROLE]
-        tops.append((lanes, module, factory()))
+        tops += [(lanes, rows, module, factory()) for rows in floorplans]
     factories = _factories(params, tile_lanes=tile_lanes[0])
     report = _report.load(out)
     started = time.perf_counter()
@@ -265,13 +274,16 @@ def cmd_ecp5(args):
     previous = report.get("default", {})
     report["default"] = default
 
-    for index, (lanes, module, design) in enumerate(tops):
-        top_work = work / _top_folder(TOP_ROLE, lanes)
-        _log(f"ecp5: controller top {module}, TILE_LANES {lanes}: {len(grades)} grade(s) x "
-             f"{len(top_seeds)} seed(s), work in {top_work}")
+    for index, (lanes, rows, module, design) in enumerate(tops):
+        top_work = work / _top_folder(TOP_ROLE, lanes, floorplan_rows=rows)
+        placement = f"block RAMs pinned over {rows} row(s)" if rows else "placed freely"
+        _log(f"ecp5: controller top {module}, TILE_LANES {lanes}, {placement}: {len(grades)} "
+             f"grade(s) x {len(top_seeds)} seed(s), work in {top_work}")
         top = _measure_block(lambda: design, module, top_work, grades=grades,
-                             seeds=top_seeds, args=args, spare_seeds=spares)
+                             seeds=top_seeds, args=args, spare_seeds=spares,
+                             floorplan_rows=rows)
         top["tile_lanes"] = lanes
+        top["floorplan_rows"] = rows
         if "cells" in top:
             top["memory"], needed, top["memory_mapping"] = _memory_note(params, top, lanes)
             top["bram_needed"] = needed
@@ -459,6 +471,11 @@ def _parser():
                    help=f"line bits per lane tile of the controller top, comma-separated: "
                         f"the top is measured once per value, each in its own work folder; "
                         f"the first is the default configuration's (default: {TILE_LANES})")
+    e.add_argument("--floorplan-rows", type=_ints, default=[0],
+                   help="block RAM rows the controller top's block RAMs are pinned over, "
+                        "each lane tile's side by side (0: nextpnr places them), "
+                        "comma-separated: the top is measured once per value and tile width; "
+                        "the first is the default configuration's (default: 0)")
     params(e)
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")

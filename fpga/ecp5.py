@@ -36,6 +36,8 @@ from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
+from .floorplan import pin_block_rams
+
 __all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
            "tool", "tool_version", "PREPARE", "port_registers", "synthesize",
            "absorb_block_ram_registers", "place_and_route", "router_diverged", "run_tool", "cached_run",
@@ -679,7 +681,7 @@ def default_jobs():
 
 
 def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, log=print,
-            timeout=None, jobs=None, cached_only=False, spare_seeds=()):
+            timeout=None, jobs=None, cached_only=False, spare_seeds=(), floorplan_rows=None):
     """Synthesize once, place and route per grade and seed; return the block's record.
 
     The ``len(grades) * len(seeds)`` runs go ``jobs`` at a time (default: one per core). A
@@ -689,7 +691,9 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     only runs already in ``work`` are reported and the others are marked ``not_run``. The
     record holds the cell counts, and per grade every seed's Fmax and place-and-route
     seconds in the order tried (a run kept from an earlier one is marked ``kept``, with the
-    seconds it took then), the median, its critical path and utilization.
+    seconds it took then), the median, its critical path and utilization. With
+    ``floorplan_rows``, every block RAM is first pinned to a site over that many block RAM
+    rows (:func:`.floorplan.pin_block_rams`).
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
@@ -704,6 +708,10 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
         return record
     record["synth_seconds"] = round(seconds, 1)
     record["cells"] = cells
+    if floorplan_rows:
+        pinned = pin_block_rams(work / "synth.json", rows=floorplan_rows)
+        record["floorplan_rows"] = floorplan_rows
+        log(f"ecp5: {module}: {len(pinned)} block RAMs pinned over {floorplan_rows} row(s)")
     if isinstance(design, port_registers):
         wrapper_ff = wrapper_flops(_netlist(work), module)
     record["wrapper_ff"] = wrapper_ff

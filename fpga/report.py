@@ -238,11 +238,23 @@ def _tiles_text(default):
     lanes = default.get("tile_lanes")
     if not lanes:
         return ""
-    others = [top["tile_lanes"] for top in default.get("other_tops", [])]
-    also = (f"; the top is also measured with TILE_LANES "
-            f"{', '.join(str(t) for t in others)} (the table by TILE_LANES)" if others else "")
+    others = [_variant(top) for top in default.get("other_tops", [])]
+    also = (f"; the top is also measured with {'; '.join(others)} (the table by TILE_LANES "
+            f"and floorplan)" if others else "")
+    pinned = default.get("top", {}).get("floorplan_rows")
+    placed = f", its block RAMs {_placement(default['top'])}" if pinned else ""
     return (f"The datapath is a row of {default['params']['line_bits'] // lanes} lane tiles of "
-            f"{lanes} line bits each (TILE_LANES {lanes}){also}. ")
+            f"{lanes} line bits each (TILE_LANES {lanes}){placed}{also}. ")
+
+
+def _placement(top):
+    """How a top's block RAMs were placed, in words."""
+    rows = top.get("floorplan_rows")
+    return f"pinned over {rows} row{'s' if rows > 1 else ''}" if rows else "placed by nextpnr"
+
+
+def _variant(top):
+    return f"TILE_LANES {top['tile_lanes']} with its block RAMs {_placement(top)}"
 
 
 def _median_seconds(entry):
@@ -253,23 +265,25 @@ def _median_seconds(entry):
 
 
 def _tile_lanes_section(tops):
-    """The controller top at each TILE_LANES measured: Fmax, area, place-and-route time."""
+    """The controller top at each TILE_LANES and floorplan measured: Fmax, area, place and
+    route time."""
     rows = []
-    for top in sorted(tops, key=lambda t: t["tile_lanes"]):
-        lanes = top["tile_lanes"]
+    for top in sorted(tops, key=lambda t: (t["tile_lanes"], t.get("floorplan_rows") or 0)):
+        lanes, placement = top["tile_lanes"], _placement(top)
         if "error" in top and not top.get("grades"):
-            rows.append([lanes, "-", f"failed: {top['error'][:80]}", *["-"] * 4])
+            rows.append([lanes, placement, "-", f"failed: {top['error'][:80]}", *["-"] * 4])
             continue
         for entry in top["grades"].values():
             u = _placed_or_synthesized(entry, top)["utilization"]
             seconds = _median_seconds(entry)
-            rows.append([lanes, _grade_label(entry), _fmax_text(entry),
+            rows.append([lanes, placement, _grade_label(entry), _fmax_text(entry),
                          _pct(u["lut4"], u["lut4_pct"]) if u else "-",
                          _pct(u["ff"], u["ff_pct"]) if u else "-",
                          _pct(u["bram"], u["bram_pct"]) if u else "-",
                          "-" if seconds is None else f"{seconds:,.0f}"])
-    return _table(["TILE_LANES", "part", "Fmax MHz, median (seeds)", "LUT4 (% of part)",
-                   "FF (% of part)", "DP16KD (%)", "place and route, s (median)"], rows)
+    return _table(["TILE_LANES", "block RAMs", "part", "Fmax MHz, median (seeds)",
+                   "LUT4 (% of part)", "FF (% of part)", "DP16KD (%)",
+                   "place and route, s (median)"], rows)
 
 
 def markdown(report):
@@ -293,8 +307,9 @@ def markdown(report):
         if d["top"].get("memory"):
             out += [d["top"]["memory"], ""]
         if d.get("other_tops"):
-            out += ["### By TILE_LANES", "",
-                    "The controller top with each tile width measured (the same seeds); "
+            out += ["### By TILE_LANES and floorplan", "",
+                    "The controller top with each tile width and block RAM floorplan "
+                    "measured (the same seeds); "
                     "place and route is the median over the routed seeds of the seconds one "
                     "nextpnr run took.", "",
                     _tile_lanes_section([d["top"], *d["other_tops"]]), ""]

@@ -952,9 +952,10 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
     assert boards == [([1, 4, 5, 6], 3600.0)]
 
 
-def test_each_tile_width_measures_its_own_top_in_its_own_folder(monkeypatch, tmp_path):
-    """``--tile-lanes 32,64``: the top once per width, the first the report's top, and the
-    report's table of the top by TILE_LANES."""
+def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(monkeypatch,
+                                                                              tmp_path):
+    """``--tile-lanes 32,64 --floorplan-rows 0,2``: the top once per width and floorplan, the
+    first the report's top, and the report's table of the top by both."""
     from neuron_fabric.fpga import __main__ as cli
 
     measured, boards = [], []
@@ -962,7 +963,8 @@ def test_each_tile_width_measures_its_own_top_in_its_own_folder(monkeypatch, tmp
     def fake_measure(factory, module, work, **options):
         component = factory()
         lanes = getattr(component, "tile_lanes", None)
-        measured.append((module, type(component).__name__, lanes, pathlib.Path(work).name))
+        measured.append((module, type(component).__name__, lanes, pathlib.Path(work).name,
+                         options.get("floorplan_rows")))
         lanes = lanes or 128
         cells = parse_synth_stat({"design": {"num_cells_by_type": {
             "LUT4": 1000 + lanes, "TRELLIS_FF": 8, "DP16KD": 128 // lanes}}})
@@ -983,40 +985,50 @@ def test_each_tile_width_measures_its_own_top_in_its_own_folder(monkeypatch, tmp
     monkeypatch.setattr(cli, "_measure_block", fake_measure)
     monkeypatch.setattr(cli, "_build_board", fake_board)
     monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: TIMING_MODEL)
-    assert cli.main(["ecp5", "--quick", "--tile-lanes", "32,64,32", "--no-gates",
-                     "--out", str(tmp_path)]) == 0
+    assert cli.main(["ecp5", "--quick", "--tile-lanes", "32,64,32", "--floorplan-rows", "0,2",
+                     "--no-gates", "--out", str(tmp_path)]) == 0
     small = PRESETS["small"].name
     tops = [m for m in measured if m[1] == "Controller"]
-    assert tops == [(f"nfabric_{small}", "Controller", 32, "controller_t32"),
-                    (f"nfabric_{small}", "Controller", 64, "controller_t64")]
-    # The blocks are the first width's, its lane tile among them.
+    assert tops == [(f"nfabric_{small}", "Controller", 32, "controller_t32", 0),
+                    (f"nfabric_{small}", "Controller", 32, "controller_t32_pinned2", 2),
+                    (f"nfabric_{small}", "Controller", 64, "controller_t64", 0),
+                    (f"nfabric_{small}", "Controller", 64, "controller_t64_pinned2", 2)]
+    # The blocks are the first width's, its lane tile among them, placed freely.
     assert [m for m in measured if m[1] == "LaneTile"] == [
-        ("nfabric_lane_tile_t32_g8_w4_c3_r16", "LaneTile", 32, "lane_tile")]
+        ("nfabric_lane_tile_t32_g8_w4_c3_r16", "LaneTile", 32, "lane_tile", None)]
     default = json.loads((tmp_path / "report.json").read_text())["default"]
     assert default["tile_lanes"] == 32
-    assert (default["top"]["tile_lanes"], default["top"]["work"]) == (
-        32, str(tmp_path / "work" / small / "controller_t32"))
-    assert [t["tile_lanes"] for t in default["other_tops"]] == [64]
+    assert (default["top"]["tile_lanes"], default["top"]["floorplan_rows"],
+            default["top"]["work"]) == (32, 0, str(tmp_path / "work" / small / "controller_t32"))
+    assert [(t["tile_lanes"], t["floorplan_rows"]) for t in default["other_tops"]] == [
+        (32, 2), (64, 0), (64, 2)]
     assert default["targets"]["bram_needed"] == default["top"]["bram_needed"]
     assert {"lane_tile", "control_plane"} <= set(default["blocks"])
     text = (tmp_path / "report.md").read_text()
     assert ("The datapath is a row of 4 lane tiles of 32 line bits each (TILE_LANES 32); the "
-            "top is also measured with TILE_LANES 64 (the table by TILE_LANES).") in text
-    assert ("| TILE_LANES | part | Fmax MHz, median (seeds) | LUT4 (% of part) | "
+            "top is also measured with TILE_LANES 32 with its block RAMs pinned over 2 rows; "
+            "TILE_LANES 64 with its block RAMs placed by nextpnr; TILE_LANES 64 with its block "
+            "RAMs pinned over 2 rows (the table by TILE_LANES and floorplan).") in text
+    assert ("| TILE_LANES | block RAMs | part | Fmax MHz, median (seeds) | LUT4 (% of part) | "
             "FF (% of part) | DP16KD (%) | place and route, s (median) |") in text
     # Seconds: the median of the routed seeds', a kept run's included.
-    assert ("| 32 | LFE5U-85F-6 | **168.0** (1: 168.0, 2: 168.0, 3: diverged) | 1,032 (1.2 %) "
-            "| 8 (0.0 %) | 4 (1.9 %) | 128 |") in text
-    assert ("| 64 | LFE5U-85F-6 | **136.0** (1: 136.0, 2: 136.0, 3: diverged) | 1,064 (1.3 %) "
-            "| 8 (0.0 %) | 2 (1.0 %) | 256 |") in text
-    # One width: no table.
+    assert ("| 32 | placed by nextpnr | LFE5U-85F-6 | **168.0** (1: 168.0, 2: 168.0, "
+            "3: diverged) | 1,032 (1.2 %) | 8 (0.0 %) | 4 (1.9 %) | 128 |") in text
+    assert ("| 64 | pinned over 2 rows | LFE5U-85F-6 | **136.0** (1: 136.0, 2: 136.0, "
+            "3: diverged) | 1,064 (1.3 %) | 8 (0.0 %) | 2 (1.0 %) | 256 |") in text
+    # One width, placed freely: no table.
     measured.clear()
     assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
                      "--out", str(tmp_path)]) == 0
     assert measured == [(f"nfabric_{small}", "Controller", TILE_LANES,
-                         f"controller_t{TILE_LANES}")]
+                         f"controller_t{TILE_LANES}", 0)]
     assert "other_tops" not in json.loads((tmp_path / "report.json").read_text())["default"]
     assert "By TILE_LANES" not in (tmp_path / "report.md").read_text()
+    # A pinned top as the report's: said in the opening paragraph.
+    assert cli.main(["ecp5", "--quick", "--floorplan-rows", "2", "--no-blocks", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    assert ("(TILE_LANES 32), its block RAMs pinned over 2 rows. Out of context"
+            in (tmp_path / "report.md").read_text())
     # The board build is of the first width's top, in its own folder.
     assert cli.main(["ecp5", "--tile-lanes", "64,32", "--no-blocks", "--no-gates",
                      "--out", str(tmp_path)]) == 0
