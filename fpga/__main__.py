@@ -32,7 +32,7 @@ from ..gen.verilog import TOP_ROLE
 from ..hw.controller import TILE_LANES
 from . import report as _report
 from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers
-from .floorplan import check_rows
+from .floorplan import check_rows, default_rows
 
 #: What the 512-bit, 16-worker top must reach (median over seeds; LUT4 with carry cells
 #: counted). The structure aims further, at 175 and 250 MHz in 10,000 LUT4.
@@ -159,6 +159,25 @@ def _spares(args, default, *, used):
     return [seed for seed in default if seed not in used]
 
 
+def _floorplans(values, *, tiles):
+    """The floorplans asked for (block RAM rows, 0 for none; None for the default one of
+    :func:`.floorplan.default_rows`), resolved for a top of ``tiles`` lane tiles, in order."""
+    resolved = [default_rows(tiles) if rows is None else rows for rows in values or [None]]
+    for rows in resolved:
+        if rows:
+            check_rows(rows)
+    return list(dict.fromkeys(resolved))
+
+
+def _rows(text):
+    """``--floorplan-rows``: comma-separated block RAM row counts, ``0`` or ``auto``."""
+    try:
+        return [None if v.strip() == "auto" else int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated row counts or `auto`, "
+                                         f"not {text!r}") from None
+
+
 def _top_folder(name, tile_lanes, *, floorplan_rows=0):
     """A top's work folder: one per tile width and floorplan, so the runs of each are kept."""
     return f"{name}_t{tile_lanes}" + (f"_pinned{floorplan_rows}" if floorplan_rows else "")
@@ -174,7 +193,8 @@ def _board_target(top, board_mhz):
     return math.floor(fmax * 0.95)  # a little under the out-of-context figure: I/O and wrapper
 
 
-def _build_board(factory, *, out, target_mhz, seeds, timeout, cached_only=False):
+def _build_board(factory, *, out, target_mhz, seeds, timeout, cached_only=False,
+                 floorplan_rows=0):
     """The board build on the first of ``seeds``, and on the next each time one fails.
 
     A failed build is a result too: the record keeps every seed's error, and the rest of
@@ -187,7 +207,8 @@ def _build_board(factory, *, out, target_mhz, seeds, timeout, cached_only=False)
     for seed in seeds:
         try:
             record = build(factory(), out=out, target_mhz=target_mhz, seed=seed,
-                           timeout=timeout, log=_log, cached_only=cached_only)
+                           timeout=timeout, log=_log, cached_only=cached_only,
+                           floorplan_rows=floorplan_rows)
             return {**record, "failed_seeds": failed} if failed else record
         except NotRun as error:
             _log(f"board: {error} (--cached-only)")
@@ -254,13 +275,10 @@ def cmd_ecp5(args):
     # and its lane tile, gate equivalents and board build are the report's. The other
     # combinations are ``other_tops``.
     tile_lanes = list(dict.fromkeys(args.tile_lanes)) or [TILE_LANES]
-    floorplans = list(dict.fromkeys(args.floorplan_rows)) or [0]
-    for rows in floorplans:
-        if rows:
-            check_rows(rows)
     tops = []
     for lanes in tile_lanes:  # built before any run, so that a bad width is refused at once
         module, factory = _factories(params, tile_lanes=lanes)[TOP_ROLE]
+        floorplans = _floorplans(args.floorplan_rows, tiles=params.line_bits // lanes)
         tops += [(lanes, rows, module, factory()) for rows in floorplans]
     factories = _factories(params, tile_lanes=tile_lanes[0])
     report = _report.load(out)
@@ -325,9 +343,12 @@ def cmd_ecp5(args):
     if not args.no_board and not args.quick:
         target = _board_target(top, args.board_mhz)
         module, factory = factories[TOP_ROLE]
-        board = _build_board(factory, out=work / _top_folder("board", tile_lanes[0]),
+        rows = top["floorplan_rows"]
+        board = _build_board(factory, out=work / _top_folder("board", tile_lanes[0],
+                                                             floorplan_rows=rows),
                              target_mhz=target, seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
-                             timeout=args.timeout or None, cached_only=args.cached_only)
+                             timeout=args.timeout or None, cached_only=args.cached_only,
+                             floorplan_rows=rows)
         if board is not None:
             default["board"] = board
             _finish(out, report, "board")
@@ -362,6 +383,7 @@ def cmd_sweep(args):
         points.append(dict(line_bits=max(line_bits), max_workers=max(workers), depth=d))
     out = args.out
     tile_lanes = args.tile_lanes
+    _floorplans(args.floorplan_rows[:1], tiles=1)  # a bad value is refused before any run
     report = _report.load(out)
     done = {(p["params"]["line_bits"], p["params"]["max_workers"], p["params"]["depth"]): p
             for p in report.get("sweep", []) if args.resume}
@@ -375,7 +397,9 @@ def cmd_sweep(args):
         wanted = grades if point["line_bits"] in placed else []
         if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
                 and not any("error" in e for e in kept.get("grades", {}).values())
-                and kept.get("tile_lanes") == tile_lanes):
+                and kept.get("tile_lanes") == tile_lanes
+                and kept.get("floorplan_rows") == _floorplans(
+                    args.floorplan_rows[:1], tiles=key[0] // tile_lanes)[0]):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
             continue
@@ -384,13 +408,15 @@ def cmd_sweep(args):
         except (TypeError, ValueError) as error:
             report["sweep"].append({"params": point, "error": str(error)})
             continue
+        rows = _floorplans(args.floorplan_rows[:1], tiles=params.line_bits // tile_lanes)[0]
         _log(f"sweep: [{index}/{len(points)}] {params.name}, "
              f"{time.perf_counter() - started:.0f} s so far")
         try:
             record = _measure_block(lambda: Controller(params=params, tile_lanes=tile_lanes,
                                                        max_reads=MAX_READS),
                                     f"nfabric_{params.name}", out / "work" / params.name /
-                                    _top_folder(TOP_ROLE, tile_lanes), seeds=seeds,
+                                    _top_folder(TOP_ROLE, tile_lanes, floorplan_rows=rows),
+                                    seeds=seeds, floorplan_rows=rows,
                                     grades=grades if params.line_bits in placed else [],
                                     args=args, spare_seeds=spares)
         except Exception as error:  # keep going: record the failure and move on
@@ -399,6 +425,7 @@ def cmd_sweep(args):
             _log(f"sweep: {params.name}: failed: {error}")
         record["params"] = params.as_dict()
         record["tile_lanes"] = tile_lanes
+        record["floorplan_rows"] = rows
         report["sweep"].append(record)
         _finish(out, report, "sweep")
     _finish(out, report, "sweep")  # also the points kept after the last one measured
@@ -471,11 +498,12 @@ def _parser():
                    help=f"line bits per lane tile of the controller top, comma-separated: "
                         f"the top is measured once per value, each in its own work folder; "
                         f"the first is the default configuration's (default: {TILE_LANES})")
-    e.add_argument("--floorplan-rows", type=_ints, default=[0],
+    e.add_argument("--floorplan-rows", type=_rows, default=[None],
                    help="block RAM rows the controller top's block RAMs are pinned over, "
-                        "each lane tile's side by side (0: nextpnr places them), "
-                        "comma-separated: the top is measured once per value and tile width; "
-                        "the first is the default configuration's (default: 0)")
+                        "each lane tile's side by side (0: nextpnr places them; auto: "
+                        "a row per four tiles), comma-separated: the top is measured once "
+                        "per value and tile width; the first is the default configuration's, "
+                        "its board build's too (default: auto)")
     params(e)
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")
@@ -492,6 +520,9 @@ def _parser():
                    help="DEPTH values; the first for the grid, the others at the widest point")
     s.add_argument("--tile-lanes", type=int, default=TILE_LANES,
                    help="line bits per lane tile of the tops (default: %(default)s)")
+    s.add_argument("--floorplan-rows", type=_rows, default=[None],
+                   help="block RAM rows each top's block RAMs are pinned over (0: nextpnr "
+                        "places them; default: auto, a row per four tiles)")
     s.add_argument("--synth-only", action="store_true",
                    help="area from synthesis only, no place and route (no Fmax)")
     s.add_argument("--place-line-bits", type=_ints,

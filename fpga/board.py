@@ -34,6 +34,7 @@ from amaranth.lib import io, wiring
 
 from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, absorb_block_ram_registers, cached_run, \
     critical_path, parse_nextpnr_report, router_diverged
+from .floorplan import pin_block_rams
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
 
@@ -193,7 +194,7 @@ class BoardTop(Elaboratable):
 
 
 def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=True,
-          cached_only=False):
+          cached_only=False, floorplan_rows=0):
     """Build ``component`` for the ULX3S-85F in ``out`` at the PLL clock nearest ``target_mhz``.
 
     Amaranth writes the board's files (RTLIL, Yosys script, pin constraints); the flow runs
@@ -205,7 +206,9 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
     netlist. With ``reuse``, a seed placed and packed before is kept and one that diverged
     raises again, as out of context; with ``cached_only``, anything that would start a tool
     raises :class:`~neuron_fabric.fpga.ecp5.NotRun` instead. Returns a record with the clock,
-    Fmax, critical path, utilization (with the I/O) and the bitstream path.
+    Fmax, critical path, utilization (with the I/O) and the bitstream path. With
+    ``floorplan_rows``, the block RAMs are pinned as out of context
+    (:func:`~neuron_fabric.fpga.floorplan.pin_block_rams`).
     """
     from amaranth_boards.ulx3s import ULX3S_85F_Platform
 
@@ -232,6 +235,8 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
                       timeout=timeout, cached_only=cached_only):
         log(f"board: netlist {netlist} is from the same RTLIL; Yosys skipped")
     absorb_block_ram_registers(netlist)
+    if floorplan_rows:
+        pin_block_rams(netlist, rows=floorplan_rows)
     tag = f"{name}_seed{seed}"
     report_file = out / f"{tag}_report.json"
     runs = dict(cwd=out, what=what, timeout=timeout, reuse=reuse, cached_only=cached_only)

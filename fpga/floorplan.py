@@ -11,8 +11,8 @@ import json
 import pathlib
 import re
 
-__all__ = ["EBR_ROWS", "EBR_COLUMNS", "ebr_site", "check_rows", "block_ram_groups", "layout",
-           "pin_block_rams"]
+__all__ = ["EBR_ROWS", "EBR_COLUMNS", "TILES_PER_ROW", "ebr_site", "check_rows", "default_rows",
+           "block_ram_groups", "layout", "pin_block_rams"]
 
 #: The rows (Y) of the 85k parts' 208 block RAM sites, 52 to a row, and the columns (X) of a
 #: row, west to east. Read from nextpnr's chip database by placing 208 unconstrained DP16KD
@@ -23,6 +23,11 @@ EBR_COLUMNS = tuple(start + 2 * k for start in (4, 13, 22, 31, 40, 49, 58, 69, 7
 
 #: The rows a floorplan of so many rows uses: the middle of the die first.
 _ROWS_BY_COUNT = {1: (46,), 2: (46, 70), 3: (46, 70, 22), 4: (46, 70, 22, 82)}
+
+#: Lane tiles to a block RAM row in the default floorplan: four 32-lane tiles' block RAMs
+#: span about 45 columns, so with the rows 24 apart each tile's logic has a squarish region
+#: beside its block RAMs. On the 512-bit top this beat two rows of eight (``docs/fpga.md``).
+TILES_PER_ROW = 4
 
 _TILE = re.compile(r"(?:^|\.)tile_(\d+)\.")
 
@@ -41,6 +46,11 @@ def check_rows(rows):
     if rows not in _ROWS_BY_COUNT:
         raise ValueError(f"a floorplan spreads the block RAMs over 1 to {len(EBR_ROWS)} rows "
                          f"(the 85k parts have {len(EBR_ROWS)}), not {rows}")
+
+
+def default_rows(tiles):
+    """The block RAM rows of the default floorplan for ``tiles`` lane tiles."""
+    return min(len(EBR_ROWS), max(1, -(-tiles // TILES_PER_ROW)))
 
 
 def _natural(name):

@@ -8,8 +8,8 @@ import pytest
 
 from neuron_fabric.fpga import __main__ as cli
 from neuron_fabric.fpga.ecp5 import tool
-from neuron_fabric.fpga.floorplan import (EBR_COLUMNS, EBR_ROWS, block_ram_groups, ebr_site,
-                                          layout, pin_block_rams)
+from neuron_fabric.fpga.floorplan import (EBR_COLUMNS, EBR_ROWS, block_ram_groups,
+                                          default_rows, ebr_site, layout, pin_block_rams)
 
 SITE = re.compile(r"X(\d+)/Y(\d+)/EBR(\d)")
 
@@ -110,10 +110,20 @@ def test_a_floorplan_that_does_not_fit_or_has_no_rows_is_refused():
         ebr_site(46, 52)
 
 
-def test_the_flow_refuses_a_bad_floorplan_before_any_run(monkeypatch, capsys, tmp_path):
+def test_the_default_floorplan_puts_four_tiles_to_a_row_on_at_most_every_row():
+    assert [default_rows(tiles) for tiles in (1, 2, 4, 5, 8, 16, 32)] == [1, 1, 1, 2, 2, 4, 4]
+
+
+@pytest.mark.parametrize("command", ["ecp5", "sweep"])
+def test_the_flow_refuses_a_bad_floorplan_before_any_run(command, monkeypatch, capsys,
+                                                         tmp_path):
     monkeypatch.setattr(cli, "_measure_block", lambda *a, **k: pytest.fail("ran"))
-    assert cli.main(["ecp5", "--quick", "--floorplan-rows", "0,7", "--out", str(tmp_path)]) == 1
+    rows = "0,7" if command == "ecp5" else "7"
+    assert cli.main([command, "--quick", "--floorplan-rows", rows, "--out", str(tmp_path)]) == 1
     assert "1 to 4 rows (the 85k parts have 4), not 7" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([command, "--floorplan-rows", "two", "--out", str(tmp_path)])
+    assert "expected comma-separated row counts or `auto`, not 'two'" in capsys.readouterr().err
 
 
 def test_pinning_sets_the_bel_of_every_block_ram_and_nothing_else(tmp_path):

@@ -20,6 +20,7 @@ from neuron_fabric.fpga.board import BoardHarness, pll_settings
 from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
                                      synthesize, utilization)
+from neuron_fabric.fpga.floorplan import default_rows
 from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
@@ -592,6 +593,24 @@ def test_a_board_build_runs_again_for_another_script_or_constraint(changed, step
     assert (out / "started.txt").read_text().split() == ["yosys", "1", "ecppack", tool]
 
 
+@pytest.mark.parametrize("rows", [0, 2])
+def test_a_board_build_pins_its_block_rams_as_asked_before_nextpnr(rows, monkeypatch, tmp_path):
+    from neuron_fabric.fpga import board
+
+    fake_board_tools(monkeypatch, tmp_path)
+    pinned = []
+
+    def fake_pin(path, *, rows):
+        # Before nextpnr: its first run has not started yet.
+        pinned.append((pathlib.Path(path).name, rows,
+                       (path.parent / "started.txt").read_text().split()))
+
+    monkeypatch.setattr(board, "pin_block_rams", fake_pin)
+    board.build(Mixer(), out=tmp_path / "board", target_mhz=50, seed=1, log=lambda m: None,
+                floorplan_rows=rows)
+    assert pinned == ([("board.json", rows, ["yosys"])] if rows else [])
+
+
 def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
     from neuron_fabric.fpga.board import build
 
@@ -843,7 +862,8 @@ def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeyp
         params = dict(PRESETS["default"].as_dict(), line_bits=line_bits, max_workers=workers,
                       depth=64)
         return {"params": params, "module": f"m{line_bits}_{workers}", "grades": {},
-                "area": area(line_bits * workers), "tile_lanes": TILE_LANES}
+                "area": area(line_bits * workers), "tile_lanes": TILE_LANES,
+                "floorplan_rows": default_rows(line_bits // TILE_LANES)}
 
     # 128/4 is to be measured again; 128/8 comes after it and is kept.
     kept = point(128, 8)
@@ -881,11 +901,13 @@ def test_the_sweep_builds_its_tops_with_the_tile_width_and_keeps_them_apart(monk
         return {"params": params, "module": f"m{workers}", "grades": {"s6": entry},
                 "area": area, **record}
 
-    earlier = [point(4, tile_lanes=64), point(8, placer="static", slot_bank_bits=18)]
+    earlier = [point(4, tile_lanes=64, floorplan_rows=1),
+               point(8, placer="static", slot_bank_bits=18)]
     measured = []
 
     def fake_measure(factory, module, work, **options):
-        measured.append((module, factory().tile_lanes, pathlib.Path(work).name))
+        measured.append((module, factory().tile_lanes, pathlib.Path(work).name,
+                         options["floorplan_rows"]))
         return {"module": module, "grades": {"s6": entry}, "area": area}
 
     monkeypatch.setattr(cli, "_measure_block", fake_measure)
@@ -893,16 +915,21 @@ def test_the_sweep_builds_its_tops_with_the_tile_width_and_keeps_them_apart(monk
             "4,8", "--depths", "64", "--out", str(tmp_path)]
     (tmp_path / "report.json").write_text(json.dumps({"sweep": earlier}), encoding="utf-8")
     assert cli.main(argv + ["--tile-lanes", "64"]) == 0
-    assert measured == [("nfabric_l128_w8_c4_d64_n2", 64, "controller_t64")]
+    assert measured == [("nfabric_l128_w8_c4_d64_n2", 64, "controller_t64_pinned1", 1)]
     sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
     assert [p["tile_lanes"] for p in sweep] == [64, 64]
     assert "TILE_LANES 64." in (tmp_path / "report.md").read_text()
     measured.clear()
     assert cli.main(argv) == 0
-    assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES, f"controller_t{TILE_LANES}")
-                        for w, c in ((4, 3), (8, 4))]
+    assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES,
+                         f"controller_t{TILE_LANES}_pinned1", 1) for w, c in ((4, 3), (8, 4))]
     sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
     assert [p["tile_lanes"] for p in sweep] == [TILE_LANES, TILE_LANES]
+    # Another floorplan is another point: measured again, in its own folder.
+    measured.clear()
+    assert cli.main(argv + ["--floorplan-rows", "0"]) == 0
+    assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES,
+                         f"controller_t{TILE_LANES}", 0) for w, c in ((4, 3), (8, 4))]
 
 
 def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch, tmp_path):
@@ -939,8 +966,8 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
         spares.append((module, list(options["spare_seeds"])))
         return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
 
-    def fake_board(factory, *, out, target_mhz, seeds, timeout, cached_only):
-        boards.append((seeds, timeout))
+    def fake_board(factory, *, out, target_mhz, seeds, timeout, cached_only, floorplan_rows):
+        boards.append((seeds, timeout, floorplan_rows, pathlib.Path(out).name))
         return {"error": "not built here"}
 
     monkeypatch.setattr(cli, "_measure_block", fake_measure)
@@ -949,7 +976,8 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
     monkeypatch.setattr(cli, "_finish", lambda *args: None)
     assert cli.main(["ecp5", "--no-blocks", "--no-gates", "--out", str(tmp_path)]) == 0
     assert spares == [("nfabric_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10])]
-    assert boards == [([1, 4, 5, 6], 3600.0)]
+    # The board's block RAMs pinned as the top's: 16 tiles, four to a row.
+    assert boards == [([1, 4, 5, 6], 3600.0, 4, f"board_t{TILE_LANES}_pinned4")]
 
 
 def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(monkeypatch,
@@ -1016,23 +1044,21 @@ def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(mo
             "3: diverged) | 1,032 (1.2 %) | 8 (0.0 %) | 4 (1.9 %) | 128 |") in text
     assert ("| 64 | pinned over 2 rows | LFE5U-85F-6 | **136.0** (1: 136.0, 2: 136.0, "
             "3: diverged) | 1,064 (1.3 %) | 8 (0.0 %) | 2 (1.0 %) | 256 |") in text
-    # One width, placed freely: no table.
+    # One width and the default floorplan (four tiles, one row): no table.
     measured.clear()
     assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
                      "--out", str(tmp_path)]) == 0
     assert measured == [(f"nfabric_{small}", "Controller", TILE_LANES,
-                         f"controller_t{TILE_LANES}", 0)]
+                         f"controller_t{TILE_LANES}_pinned1", 1)]
     assert "other_tops" not in json.loads((tmp_path / "report.json").read_text())["default"]
     assert "By TILE_LANES" not in (tmp_path / "report.md").read_text()
     # A pinned top as the report's: said in the opening paragraph.
-    assert cli.main(["ecp5", "--quick", "--floorplan-rows", "2", "--no-blocks", "--no-gates",
-                     "--out", str(tmp_path)]) == 0
-    assert ("(TILE_LANES 32), its block RAMs pinned over 2 rows. Out of context"
-            in (tmp_path / "report.md").read_text())
+    assert "(TILE_LANES 32), its block RAMs pinned over 1 row. Out of context" in \
+        (tmp_path / "report.md").read_text()
     # The board build is of the first width's top, in its own folder.
     assert cli.main(["ecp5", "--tile-lanes", "64,32", "--no-blocks", "--no-gates",
                      "--out", str(tmp_path)]) == 0
-    assert boards == [(64, "board_t64")]
+    assert boards == [(64, "board_t64_pinned2")]
 
 
 def test_a_tile_width_the_line_does_not_divide_is_refused_before_any_run(monkeypatch, capsys,
