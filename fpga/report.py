@@ -242,7 +242,8 @@ def _tiles_text(default):
     also = (f"; the top is also measured with {'; '.join(others)} (the table by TILE_LANES "
             f"and floorplan)" if others else "")
     pinned = default.get("top", {}).get("floorplan_rows")
-    placed = f", its block RAMs {_placement(default['top'])}" if pinned else ""
+    placed = (f", its block RAMs {_placement(default['top'])}"
+              if pinned and default["top"].get("cells", {}).get("dp16kd") != 0 else "")
     return (f"The datapath is a row of {default['params']['line_bits'] // lanes} lane tiles of "
             f"{lanes} line bits each (TILE_LANES {lanes}){placed}{also}. ")
 
@@ -250,6 +251,8 @@ def _tiles_text(default):
 def _placement(top):
     """How a top's block RAMs were placed, in words."""
     rows = top.get("floorplan_rows")
+    if top.get("cells", {}).get("dp16kd") == 0:
+        return "none to place"
     return f"pinned over {rows} row{'s' if rows > 1 else ''}" if rows else "placed by nextpnr"
 
 

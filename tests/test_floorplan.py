@@ -141,3 +141,17 @@ def test_pinning_sets_the_bel_of_every_block_ram_and_nothing_else(tmp_path):
             if "BEL" in c["attributes"]} == placed
     assert "BEL" not in top["dut.tile_3.other_lut"]["attributes"]
     assert netlist["modules"]["other"]["cells"]["dut.tile_0.slots.0.0"]["attributes"] == {}
+
+
+@pytest.mark.parametrize("block_rams", [0, 12])
+def test_the_report_says_pinned_only_where_there_are_block_rams_to_pin(block_rams):
+    from neuron_fabric.fpga import report
+
+    default = {"tile_lanes": 32, "params": {"line_bits": 128},
+               "top": {"floorplan_rows": 1, "cells": {"dp16kd": block_rams}}}
+    text = report._tiles_text(default)
+    if block_rams:
+        assert text.endswith("(TILE_LANES 32), its block RAMs pinned over 1 row. ")
+    else:
+        assert text == "The datapath is a row of 4 lane tiles of 32 line bits each (TILE_LANES 32). "
+        assert report._placement(default["top"]) == "none to place"
