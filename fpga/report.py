@@ -210,16 +210,19 @@ def _sweep_section(sweep):
         p = point["params"]
         label = f"{p['line_bits']} / {p['max_workers']} / {p['depth']}"
         if "error" in point and not point.get("grades") and not point.get("area"):
-            rows.append([label, "-", f"failed: {point['error'][:100]}", *["-"] * 5])
+            rows.append([label, "-", f"failed: {point['error'][:100]}", *["-"] * 6])
             continue
+        placement = _placement(point)
         if not point.get("grades") and point.get("area"):
             rows.append([label, "synthesis only", "-", *_resource_row({"utilization":
-                                                                      point["area"]})])
+                                                                      point["area"]}),
+                         placement])
         for key, entry in point.get("grades", {}).items():
             rows.append([label, _grade_label(entry), _fmax_text(entry),
-                         *_resource_row(_placed_or_synthesized(entry, point))])
+                         *_resource_row(_placed_or_synthesized(entry, point)), placement])
     return _table(["LINE_BITS / MAX_WORKERS / DEPTH", "part", "Fmax MHz, median (seeds)",
-                   "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)"], rows)
+                   "LUT4 (%)", "FF (%)", "carry", "DP16KD (%)", "MULT18 (%)", "block RAMs"],
+                  rows)
 
 
 def _seed_text(default):

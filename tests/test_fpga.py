@@ -919,6 +919,7 @@ def test_the_sweep_builds_its_tops_with_the_tile_width_and_keeps_them_apart(monk
     sweep = json.loads((tmp_path / "report.json").read_text())["sweep"]
     assert [p["tile_lanes"] for p in sweep] == [64, 64]
     assert "TILE_LANES 64." in (tmp_path / "report.md").read_text()
+    assert (tmp_path / "report.md").read_text().count("| pinned over 1 row |") == 2
     measured.clear()
     assert cli.main(argv) == 0
     assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES,
@@ -930,6 +931,8 @@ def test_the_sweep_builds_its_tops_with_the_tile_width_and_keeps_them_apart(monk
     assert cli.main(argv + ["--floorplan-rows", "0"]) == 0
     assert measured == [(f"nfabric_l128_w{w}_c{c}_d64_n2", TILE_LANES,
                          f"controller_t{TILE_LANES}", 0) for w, c in ((4, 3), (8, 4))]
+    table = (tmp_path / "report.md").read_text()
+    assert table.count("| placed by nextpnr |") == 2 and "pinned" not in table
 
 
 def test_spare_seeds_default_to_seeds_not_in_use_and_reach_every_run(monkeypatch, tmp_path):
