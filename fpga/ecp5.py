@@ -711,7 +711,8 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     if floorplan_rows:
         pinned = pin_block_rams(work / "synth.json", rows=floorplan_rows)
         record["floorplan_rows"] = floorplan_rows
-        log(f"ecp5: {module}: {len(pinned)} block RAMs pinned over {floorplan_rows} row(s)")
+        log(f"ecp5: {module}: {len(pinned)} block RAMs pinned over {floorplan_rows} row(s)"
+            if pinned else f"ecp5: {module}: no block RAM to pin")
     if isinstance(design, port_registers):
         wrapper_ff = wrapper_flops(_netlist(work), module)
     record["wrapper_ff"] = wrapper_ff
