@@ -15,13 +15,11 @@ Jobs per simulator:
 - ``blocks``: every block of the ``small`` preset side by side
   (:func:`.cocotb_bench.blocks_wrapper`), the engines against the golden functions.
 
-That is the Verilator plan. Icarus 11 evaluates the lane engines' emitted Verilog very
-slowly: every change of an engine's inputs costs it about 0.2 s of CPU at 128 lanes and
-seconds at 512, so a replay of real traffic through the 512-bit top runs at about one
-cycle per second. On Icarus the 512-bit top therefore only elaborates, resets and reads
-its registers; every controller test runs on the 128-bit ``small`` preset instead, with
-one step of each trace and two lines per worker and route, plus the ``narrow`` and
-``blocks`` jobs. The two simulators run side by side, one process each.
+That is the Verilator plan. Icarus runs every controller test on the 512-bit top too, the
+real traces cut to two steps and 16 lines per worker and route (Icarus simulates the top
+about ten times slower than Verilator), then every controller test on the 128-bit
+``small`` preset with one step of each trace and two lines per worker and route, and the
+``narrow`` and ``blocks`` jobs. The two simulators run side by side, one process each.
 
 Exit status: 0 when every job passed, 1 otherwise (``results.xml`` is read, since cocotb's
 runner does not fail outside pytest), 2 for bad arguments.
@@ -54,8 +52,14 @@ class Job:
     env: tuple = ()
 
 
-def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True):
-    """The jobs of ``simulator`` over the Verilog folders ``top``, ``small`` and ``narrow``."""
+def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
+             icarus_full_traces=False):
+    """The jobs of ``simulator`` over the Verilog folders ``top``, ``small`` and ``narrow``.
+
+    ``full_traces`` replays every step of both traces on Verilator's top, and
+    ``icarus_full_traces`` on Icarus's; otherwise two steps of 16 lines per worker and route.
+    """
+    cut = (("NFABRIC_TRACE_STEPS", "2"), ("NFABRIC_TRACE_LINES", "16"))
     seeds = ",".join(str(s) for s in seeds)
     common = (("NFABRIC_SEEDS", seeds),)
     controller = "neuron_fabric.sim.tb_controller"
@@ -63,15 +67,14 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True):
     if simulator == "verilator":
         return [
             Job("controller", top, "controller", controller,
-                env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if full_traces else
-                              (("NFABRIC_TRACE_STEPS", "2"), ("NFABRIC_TRACE_LINES", "16")))),
+                env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if full_traces else cut)),
             Job("narrow", narrow, "controller", controller,
                 test_filter="counters_saturate|random_traffic", env=common),
             Job("blocks", small, "blocks", blocks, env=common + (("NFABRIC_VECTORS", "200"),)),
         ]
     return [
         Job("controller", top, "controller", controller,
-            test_filter="registers_read_their_reset_values", env=common),
+            env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if icarus_full_traces else cut)),
         Job("small", small, "controller", controller,
             env=common + (("NFABRIC_TRACE_STEPS", "1"), ("NFABRIC_TRACE_LINES", "2"),
                           ("NFABRIC_RANDOM_OPS", "120"))),
@@ -155,7 +158,8 @@ def _worker(args):
     """Run every job of one simulator; write ``OUT/<sim>/result.json``."""
     out = pathlib.Path(args.out)
     folders = json.loads(args.worker_jobs)
-    jobs = jobs_for(args.worker, seeds=args.seeds, full_traces=not args.quick_traces, **folders)
+    jobs = jobs_for(args.worker, seeds=args.seeds, full_traces=not args.quick_traces,
+                    icarus_full_traces=args.icarus_full_traces, **folders)
     results = []
     prefix = f"[{args.worker}] "
     for job in jobs:
@@ -272,6 +276,9 @@ def _parser():
     parser.add_argument("--waves", action="store_true", help="record waves (or WAVES=1)")
     parser.add_argument("--quick-traces", action="store_true",
                         help="replay 2 steps of 16 lines per worker on Verilator, not every line")
+    parser.add_argument("--icarus-full-traces", action="store_true",
+                        help="replay every step of both traces on Icarus's top too, not 2 "
+                             "steps of 16 lines per worker (about 15 minutes)")
     parser.add_argument("--verilator-root", type=pathlib.Path, default=None)
     parser.add_argument("--worker", choices=SIMULATORS, help=argparse.SUPPRESS)
     parser.add_argument("--worker-jobs", help=argparse.SUPPRESS)
@@ -317,6 +324,8 @@ def main(argv=None):
             command.append("--waves")
         if args.quick_traces:
             command.append("--quick-traces")
+        if args.icarus_full_traces:
+            command.append("--icarus-full-traces")
         if args.verilator_root:
             command += ["--verilator-root", str(args.verilator_root)]
         (out / simulator).mkdir(parents=True, exist_ok=True)
