@@ -256,8 +256,20 @@ def _clocks_from(report):
     return clocks
 
 
-def _finish(out, report, what):
-    paths = _report.render(out, report)
+#: The parts of ``report.json`` each command writes. Every write reads the file again and
+#: replaces only these, so that commands run side by side (``make fpga-sweep`` beside
+#: ``make fpga-ecp5``) keep each other's results.
+PARTS = {"ecp5": ("default", "timing_model"),
+         "sweep": ("sweep", "sweep_seeds", "sweep_spare_seeds"),
+         "timing-model": ("timing_model",),
+         "report": ()}
+
+
+def _finish(out, report, what, command):
+    """Merge ``command``'s parts of ``report`` into ``OUT/report.json`` and re-render it."""
+    merged = _report.load(out)
+    merged.update({part: report[part] for part in PARTS[command] if part in report})
+    paths = _report.render(out, merged)
     for path in paths:
         _log(f"{what}: wrote {path}")
 
@@ -311,7 +323,7 @@ def cmd_ecp5(args):
                 default["targets"]["bram_needed"] = top["bram_needed"]
         else:
             default.setdefault("other_tops", []).append(top)
-        _finish(out, report, "ecp5")
+        _finish(out, report, "ecp5", "ecp5")
     top = default["top"]
 
     if not args.no_blocks:
@@ -322,7 +334,7 @@ def cmd_ecp5(args):
             default["blocks"][role] = _measure_block(
                 factory, module, work / role, grades=grades, seeds=seeds, args=args,
                 spare_seeds=spares)
-            _finish(out, report, "ecp5")
+            _finish(out, report, "ecp5", "ecp5")
 
     if not args.no_gates:
         from .gates import count_gates
@@ -338,7 +350,7 @@ def cmd_ecp5(args):
             except ToolError as error:
                 default["gates"][role] = {"error": str(error)}
                 _log(f"gates: {role}: failed: {error}")
-        _finish(out, report, "gates")
+        _finish(out, report, "gates", "ecp5")
 
     if not args.no_board and not args.quick:
         target = _board_target(top, args.board_mhz)
@@ -351,13 +363,13 @@ def cmd_ecp5(args):
                              floorplan_rows=rows)
         if board is not None:
             default["board"] = board
-            _finish(out, report, "board")
+            _finish(out, report, "board", "ecp5")
         elif (previous.get("board") and previous.get("name") == params.name
                 and previous.get("tile_lanes") == tile_lanes[0]):
             default["board"] = previous["board"]  # from the cache only, and not in it
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
-    _finish(out, report, "ecp5")
+    _finish(out, report, "ecp5", "ecp5")
     _log(f"ecp5: done in {time.perf_counter() - started:.0f} s; see {out / 'report.md'}")
     return 0
 
@@ -427,8 +439,8 @@ def cmd_sweep(args):
         record["tile_lanes"] = tile_lanes
         record["floorplan_rows"] = rows
         report["sweep"].append(record)
-        _finish(out, report, "sweep")
-    _finish(out, report, "sweep")  # also the points kept after the last one measured
+        _finish(out, report, "sweep", "sweep")
+    _finish(out, report, "sweep", "sweep")  # also the points kept after the last one measured
     _log(f"sweep: {len(points)} points in {time.perf_counter() - started:.0f} s; "
          f"see {out / 'report.md'}")
     return 0
@@ -441,7 +453,7 @@ def cmd_timing_model(args):
     clocks = ({f"{mhz:g} MHz": mhz for mhz in args.clock_mhz} if args.clock_mhz
               else _clocks_from(report))
     report["timing_model"] = _timing_model(params, clocks, log=_log)
-    _finish(out, report, "timing-model")
+    _finish(out, report, "timing-model", "timing-model")
     return 0
 
 
@@ -450,7 +462,7 @@ def cmd_report(args):
     if not report:
         _log(f"report: {args.out / 'report.json'} does not exist; run `ecp5` or `sweep` first")
         return 1
-    _finish(args.out, report, "report")
+    _finish(args.out, report, "report", "report")
     return 0
 
 

@@ -7,6 +7,7 @@ and the plots from the whole file, so the note always shows everything measured 
 """
 
 import json
+import os
 import pathlib
 import statistics
 
@@ -24,7 +25,10 @@ def save(out, report):
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "report.json"
-    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    # Written aside, then moved over: a command reading it meanwhile sees a whole file.
+    partial = path.with_suffix(".json.partial")
+    partial.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    os.replace(partial, path)
     return path
 
 

@@ -1192,3 +1192,24 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     counts = {name: int((tmp_path / f"{name}.txt").read_text().split()[0])
               for name in selections}
     assert counts == expected
+
+
+def test_commands_side_by_side_keep_each_others_parts_of_the_report(monkeypatch, tmp_path):
+    """``make fpga-sweep`` beside ``make fpga-ecp5``: each write replaces only its command's
+    parts of ``report.json`` and keeps what the other wrote meanwhile."""
+    from neuron_fabric.fpga import __main__ as cli
+
+    monkeypatch.setattr(cli._report, "render", lambda out, report: [fpga_report.save(out, report)])
+    fpga_report.save(tmp_path, {"sweep": ["measured"], "sweep_seeds": [1]})
+    # The flow loaded the report before the sweep wrote its points: its copy is stale.
+    cli._finish(tmp_path, {"default": {"top": 1}, "sweep": [], "timing_model": {"t": 1}},
+                "board", "ecp5")
+    assert fpga_report.load(tmp_path) == {"default": {"top": 1}, "sweep": ["measured"],
+                                          "sweep_seeds": [1], "timing_model": {"t": 1}}
+    cli._finish(tmp_path, {"default": {}, "sweep": ["again"], "sweep_seeds": [2]},
+                "sweep", "sweep")
+    assert fpga_report.load(tmp_path) == {"default": {"top": 1}, "sweep": ["again"],
+                                          "sweep_seeds": [2], "timing_model": {"t": 1}}
+    cli._finish(tmp_path, {}, "report", "report")
+    assert fpga_report.load(tmp_path)["sweep"] == ["again"]
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]   # nothing left aside
