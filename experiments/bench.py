@@ -11,12 +11,13 @@ of several repeats; encoders are reported as a share of the copy's bandwidth (sa
 bytes), aggregation and decode in lanes per second (output lanes; aggregation also in votes,
 lanes times workers). Results go to ``golden.json`` and ``golden.md`` in the output folder.
 
-The golden model counts votes bit-sliced, carry-save adders over 64-bit words, a chunk of 16K
-words of each worker at a time in scratch rows it allocates once per call; the encoders also
-work a chunk at a time. A G-Ternary lane needs two tallies (its codes' low bits and its -1
-codes), three operations a worker's word to form them, and a subtraction where a G-Binary
-lane needs one count: at 8 workers about 75 operations a word of 32 lanes against 26 a word
-of 64 lanes.
+The golden model counts votes bit-sliced, carry-save adders over 64-bit words. G-Binary
+runs in NumPy, a chunk of 16K words of each worker at a time in scratch rows it allocates
+once per call; the encoders also work a chunk at a time. A G-Ternary lane needs two tallies
+(its codes' low bits and its -1 codes), three operations a worker's word to form them, and a
+subtraction where a G-Binary lane needs one count: at 8 workers about 75 operations a word
+of 32 lanes against 26 a word of 64 lanes, too many passes for NumPy, so its sum runs as one
+compiled loop (``golden/kernels.py``).
 """
 
 import argparse
@@ -154,9 +155,9 @@ def to_markdown(results):
     foot = ("\nBit-planes: the counters (G-Binary) and sums (G-Ternary) as the device holds and reads "
             "them out, one line per bit (COUNTS) or per two bits (SUMS) of every lane. A byte per "
             "lane: the same values unpacked, one unpack of the whole output per plane. Both are "
-            "counted bit-sliced, a chunk of 16K words of each worker at a time in reused scratch "
-            "rows; a G-Ternary lane takes two tallies and a subtraction where a G-Binary lane "
-            "takes one count.\n")
+            "counted bit-sliced: G-Binary in NumPy, a chunk of 16K words of each worker at a time "
+            "in reused scratch rows; G-Ternary, which takes two tallies and a subtraction where "
+            "G-Binary takes one count, in one loop compiled with Numba.\n")
     return head + "\n".join(rows) + "\n" + foot
 
 

@@ -8,9 +8,10 @@ Modules:
 - :mod:`.params`: the generator's parameter set; :mod:`.regmap`: the CSR register map;
 - :mod:`.controller`: the transaction-level model of the controller top;
 - :mod:`.combiner`: the write-combining accumulator's exact write sequence;
-- :mod:`.validate`: the checks every public function applies to its arguments.
+- :mod:`.validate`: the checks every public function applies to its arguments;
+- :mod:`.kernels`: the one loop compiled with Numba, the G-Ternary sum.
 
-The package imports NumPy and the standard library only. The host runtime and the DDP hooks
+The package imports NumPy, Numba and the standard library only. The host runtime and the DDP hooks
 are in :mod:`neuron_fabric.host`; workloads, traces and the training checks in
 :mod:`neuron_fabric.experiments`.
 """

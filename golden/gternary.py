@@ -8,22 +8,24 @@ per lane a signed saturating sum ``S``; the gated readout is ``sign(S)`` where
 
 The sums are computed bit-sliced on the lines' own 2-bit layout. Per worker one word holds
 two votes a lane: the code's low bit (a +1 or a -1) at the even bit and low AND high (a -1)
-at the odd bit, so an invalid code, whose low bit is 0, votes for neither. The carry-save
-adders of :mod:`.gbinary` count both at once into planes holding ``N = P + M`` at the even
-bits and ``M`` at the odd bits (``P`` +1 codes, ``M`` -1 codes), and one ripple of borrows
-gives the sum ``N - 2M = P - M`` straight as the 2-bit digits of the ``SUMS`` readout lines
-(:func:`aggregate_planes`, :func:`readout_planes`); :func:`aggregate` unpacks them to a byte
-per lane. Everything runs a chunk of lines at a time in scratch rows allocated once per call
-(see :mod:`.gbinary`). Where sums can saturate, the signed tallies are clipped and, where the
-order of the workers matters, folded worker after worker.
+at the odd bit, so an invalid code, whose low bit is 0, votes for neither. Carry-save adders
+count both at once into planes holding ``N = P + M`` at the even bits and ``M`` at the odd
+bits (``P`` +1 codes, ``M`` -1 codes), and a ripple of borrows gives the sum ``N - 2M =
+P - M`` as the 2-bit digits of the ``SUMS`` readout lines (:func:`aggregate_planes`,
+:func:`readout_planes`); :func:`aggregate` unpacks them to a byte per lane. Where no sum can
+saturate, that whole count runs in one compiled loop (:mod:`.kernels`): in NumPy it took
+about 75 passes over every chunk and a third of the speed of reading the lines. Where sums
+can saturate, the signed tallies are counted in NumPy a chunk at a time (see
+:mod:`.gbinary`), clipped and, where the order of the workers matters, folded worker after
+worker.
 """
 
 import numpy as np
 
-from . import gbinary
+from . import gbinary, kernels
 from . import lines as _lines
 from .validate import check_array, check_generator, check_grad, check_int
-from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, ROUTE_SPECS, Readout, Route, check_counter_bits,
+from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, ROUTE_SPECS, Readout, Route, check_counter_bits,
                       count_limit, check_max_workers, check_readout, check_readout_lines,
                       readout_lines_per_slot, sum_limit)
 
@@ -200,22 +202,6 @@ _ODD = np.array(0xAAAA_AAAA_AAAA_AAAA, dtype=np.uint64)
 _ONE = np.array(1, dtype=np.uint64)
 
 
-def _vote_rows(rows, out):
-    """Per worker, the word of votes the sums count: the low bit at the even bits, low AND high
-    at the odd bits (``word & ((word << 1) | EVEN)``), into the arrays ``out``.
-
-    Over workers the even bits count ``N = P + M`` and the odd bits ``M`` (``P`` +1 codes,
-    ``M`` -1 codes); an invalid code (``10``) has its low bit clear and counts in neither, so
-    the sum ``N - 2M`` needs no correction. Three operations a word: no form of two (a shift
-    or a constant, then a combination with the word) keeps the lanes apart and tells a -1
-    from an invalid code.
-    """
-    for word, votes in zip(rows, out):
-        np.left_shift(word, _ONE, votes)
-        np.bitwise_or(votes, _EVEN, votes)
-        np.bitwise_and(votes, word, votes)
-
-
 def _signed_tallies(rows):
     """Per worker, a word with +1 codes at the even bits and -1 codes at the odd bits, for the
     saturating fold, which needs ``P`` and ``M`` themselves (freshly allocated words)."""
@@ -303,73 +289,6 @@ def _fold_in_order(rows, limit, width):
     return sums, saturated
 
 
-def _signed_digits(planes, digits, spare):
-    """The sums ``N - 2M`` as the 2-bit digit lines of their two's complement, into ``digits``.
-
-    ``planes`` hold ``N`` at the even and ``M`` at the odd bits (least significant first,
-    ``M <= N``, so the sum has ``len(planes) + 1`` bits, the top one the sign). ``digits[j]``
-    gets bit ``2j`` of every sum at the lane's even bit and bit ``2j + 1`` at its odd bit,
-    the sign repeated past the top; ``spare`` lends four scratch arrays.
-
-    A ripple of full subtractors that keeps each bit of the sum at the parity its digit line
-    wants: bit ``k`` needs ``N_k`` (an even bit) and ``M_{k-1}`` (an odd bit), so the two
-    operands that sit at the wrong parity are combined first and moved once, seven
-    operations a bit. Bit 0 is ``N_0`` as it is, and bits 0 and 1 make ``digits[0]`` in three.
-    """
-    n = len(planes)
-    if n == 1:  # N_0 - 2 M_0 with M_0 <= N_0: the plane's own two bits, the odd one the sign
-        np.copyto(digits[0], planes[0])
-        sign, line = planes[0], 1
-    else:
-        borrow, combined, both = spare.pop(), spare.pop(), spare.pop()
-        np.left_shift(planes[1], _ONE, borrow)
-        np.bitwise_and(borrow, _ODD, borrow)
-        np.bitwise_xor(planes[0], borrow, digits[0])  # bit 1 = N_1 ^ M_0 at the odd bits
-        np.bitwise_and(digits[0], planes[0], borrow)  # ~N_1 & M_0, at the odd bits
-        low, line = None, 1  # low: the last even bit of the sum, waiting for its odd partner
-        for k in range(2, n):
-            minus = planes[k - 1]  # M_{k-1}, at the odd bits
-            if k % 2 == 0:  # M_{k-1} and the borrow are odd: combine, then move to the even bits
-                np.bitwise_xor(minus, borrow, combined)
-                np.bitwise_and(minus, borrow, both)
-                np.right_shift(combined, _ONE, combined)
-                np.right_shift(both, _ONE, both)
-                low = spare.pop()
-                np.bitwise_xor(planes[k], combined, low)  # bit k
-                np.bitwise_and(combined, low, combined)  # (M ^ borrow) & ~N_k
-                np.bitwise_or(both, combined, borrow)  # the borrow out of bit k
-            else:  # N_k and the borrow are even: combine, then move to the odd bits
-                np.bitwise_xor(planes[k], borrow, combined)
-                np.bitwise_and(combined, borrow, both)  # ~N_k & borrow
-                np.left_shift(combined, _ONE, combined)
-                np.left_shift(both, _ONE, both)
-                np.bitwise_xor(combined, minus, combined)  # bit k
-                np.bitwise_and(minus, combined, borrow)  # M & ~(N_k ^ borrow)
-                np.bitwise_or(both, borrow, borrow)  # the borrow out of bit k
-                _merge_digits(low, combined, digits[line])
-                spare.append(low)
-                low, line = None, line + 1
-        if n % 2:  # the last borrow is at the even bits
-            np.left_shift(borrow, _ONE, borrow)
-        # Bit n: M_{n-1} minus the borrow with no N above; the sum fits n + 1 bits, so it is
-        # the sign as well (the borrow out of bit n), M_{n-1} | borrow, at the odd bits.
-        sign = borrow
-        np.bitwise_or(planes[n - 1], borrow, sign)
-        if low is not None:
-            _merge_digits(low, sign, digits[line])
-            spare.append(low)
-            line += 1
-        spare += [combined, both]
-    if line < len(digits):  # the sign at both bits of every lane
-        top, moved = digits[line], spare.pop()
-        np.bitwise_and(sign, _ODD, top)
-        np.right_shift(top, _ONE, moved)
-        np.bitwise_or(top, moved, top)
-        spare.append(moved)
-        for higher in digits[line + 1:]:
-            np.copyto(higher, top)
-
-
 def _merge_digits(low, high, out):
     """``low``'s even bits and ``high``'s odd bits, into ``out``."""
     np.bitwise_xor(low, high, out)
@@ -414,14 +333,13 @@ def _sum_chunks(lines, max_workers, counter_bits):
     """Yield ``(chunk, digits, bits, saturated)`` for chunks of whole lines.
 
     ``digits`` is ``(k, n_lines, words)`` ``uint64``: the chunk's ``SUMS`` readout lines
-    (``k`` of them, see :func:`_signed_digits`), line-major; ``bits`` how many low bits of
-    the sums are significant (the rest repeat the sign); ``saturated`` the mask at the even
-    bits of the lanes that saturated, or None when none can. The arrays are scratch, reused
-    for the next chunk.
+    (``k`` of them, see :func:`kernels.ternary_sum_lines`), line-major; ``bits`` how many
+    low bits of the sums are significant (the rest repeat the sign); ``saturated`` the mask
+    at the even bits of the lanes that saturated, or None when none can. The arrays are
+    scratch, reused for the next chunk.
 
     With no more workers than the limit no partial sum can leave the range, so the sum is
-    ``P - M`` in any order: counted in scratch rows (:func:`_vote_rows`,
-    :func:`gbinary._count_rows`, :func:`_signed_digits`), the path the benchmark times.
+    ``P - M`` in any order, which the compiled kernel counts (:func:`_fast_sums`).
     Otherwise :func:`_saturating_sums`.
     """
     limit = sum_limit(max_workers, counter_bits)
@@ -430,27 +348,36 @@ def _sum_chunks(lines, max_workers, counter_bits):
     workers, n_lines, words_per_line = words.shape
     chunks = gbinary._line_chunks(n_lines, words_per_line)
     fast = workers <= limit
-    width = workers.bit_length()
-    # The digit lines; on the fast path also a row of votes per worker, the planes and six
-    # spares (the adders borrow one at a time, _signed_digits up to four).
-    scratch = gbinary._scratch(per_slot + (workers + width + 6 if fast else 0), chunks, words_per_line)
+    scratch = gbinary._scratch(per_slot, chunks, words_per_line)
+    if fast:  # the kernel's slot-major lines, whole for every chunk (a view, never a copy)
+        slot_scratch = np.empty(scratch.size, dtype=np.uint64)
     for chunk in chunks:
-        rows = gbinary._chunk_rows(words, chunk)
-        size = rows.shape[1]
-        digits = scratch[:per_slot, :size]
+        size = (chunk.stop - chunk.start) * words_per_line
+        digits = scratch[:, :size].reshape(per_slot, -1, words_per_line)
         if fast:
-            votes = list(scratch[per_slot:per_slot + workers, :size])
-            planes = list(scratch[per_slot + workers:per_slot + workers + width, :size])
-            spare = list(scratch[per_slot + workers + width:, :size])
-            _vote_rows(rows, votes)
-            gbinary._count_rows(votes, planes, spare, writable=True)
-            _signed_digits(planes, list(digits), spare)
-            bits, saturated = width + 1, None
+            slots = slot_scratch[:per_slot * size].reshape(-1, per_slot, words_per_line)
+            _fast_sums(words, chunk.start, slots)
+            gbinary._swap_lines(slots, digits)
+            bits, saturated = workers.bit_length() + 1, None
         else:
-            planes, saturated = _saturating_sums(list(rows), limit, counter_bits)
-            _digit_lines(planes, digits)
+            planes, saturated = _saturating_sums(list(gbinary._chunk_rows(words, chunk)), limit,
+                                                 counter_bits)
+            _digit_lines(planes, digits.reshape(per_slot, -1))
             bits = counter_bits + 1
-        yield chunk, digits.reshape(per_slot, -1, words_per_line), bits, saturated
+        yield chunk, digits, bits, saturated
+
+
+def _fast_sums(words, first_line, out):
+    """The sums that cannot saturate of ``(workers, n_lines, words_per_line)`` words, from
+    line ``first_line`` on, as the slots' ``SUMS`` lines ``out``: ``(lines, k,
+    words_per_line)`` ``uint64``."""
+    workers, n_lines, per_line = words.shape
+    # The kernel does not check its bounds: these hold by construction, and must.
+    if not (0 < workers <= MAX_WORKERS_LIMIT and out.shape[0] <= n_lines - first_line
+            and out.shape[2] == per_line and out.dtype == np.uint64):
+        raise ValueError(f"cannot sum lines {first_line}..+{out.shape[0]} of {words.shape} words "
+                         f"into {out.shape} {out.dtype} readout lines")
+    kernels.ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out)
 
 
 def _check_workers(lines, max_workers, counter_bits):
@@ -539,7 +466,9 @@ def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=
     # Every line is written when any worker contributes: no zeros to write first.
     out = (np.empty if workers else np.zeros)((n_lines, per_slot, nbytes), dtype=np.uint8)
     saturated = np.zeros((n_lines, line_bits // 2), dtype=bool) if return_saturated else None
-    if workers:
+    if workers and workers <= sum_limit(max_workers, counter_bits):  # no sum can saturate
+        _fast_sums(gbinary._word_rows(lines), 0, out.view(np.uint64))
+    elif workers:
         rows = out.view(np.uint64)
         for chunk, digits, _, over in _sum_chunks(lines, max_workers, counter_bits):
             gbinary._swap_lines(digits, rows[chunk])  # one copy into the slots' lines

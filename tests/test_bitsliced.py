@@ -11,7 +11,7 @@ are drawn from seeded generators; the seed is in the test id.
 import numpy as np
 import pytest
 
-from neuron_fabric.golden import gbinary, gternary, lines
+from neuron_fabric.golden import gbinary, gternary, kernels, lines
 from neuron_fabric.golden.formats import (MAX_WORKERS_LIMIT, Readout, count_limit, default_counter_bits,
                                           readout_lines_per_slot, sum_limit)
 
@@ -309,6 +309,22 @@ def test_gternary_sums_do_not_depend_on_the_chunking(monkeypatch, chunk_words, n
             assert planes.shape == (n_lines, per_slot, line_bits // 8)
             np.testing.assert_array_equal(planes, lines.pack_planes(expected, planes=per_slot, lane_bits=2))
             np.testing.assert_array_equal(saturated, over)
+
+
+@pytest.mark.parametrize("line_bits", LINE_BITS)
+def test_gternary_sums_span_the_kernels_blocks_and_groups_of_eight(line_bits):
+    # Two whole blocks of the compiled sum and a partial third, for worker counts that fill
+    # groups of eight, leave one short, and need two and three groups.
+    per_line = line_bits // 64
+    n_lines = 2 * (kernels._BLOCK_WORDS // per_line) + 3
+    rng = np.random.default_rng(line_bits)
+    for workers in (1, 7, 8, 9, 17, 24):
+        values = ternary_values(rng, workers, n_lines * line_bits // 2)
+        expected, _ = ref_sums(values, workers)
+        planes = gternary.aggregate_planes(pack_codes(values, line_bits), max_workers=workers)
+        per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=default_counter_bits(workers))
+        np.testing.assert_array_equal(
+            planes, lines.pack_planes(expected.reshape(n_lines, -1), planes=per_slot, lane_bits=2))
 
 
 def test_gternary_sums_reach_both_bounds_of_every_width_without_saturation():
