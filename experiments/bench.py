@@ -13,11 +13,12 @@ lanes times workers). Results go to ``golden.json`` and ``golden.md`` in the out
 
 The golden model counts votes bit-sliced, carry-save adders over 64-bit words. G-Binary
 runs in NumPy, a chunk of 16K words of each worker at a time in scratch rows it allocates
-once per call; the encoders also work a chunk at a time. A G-Ternary lane needs two tallies
-(its codes' low bits and its -1 codes), three operations a worker's word to form them, and a
-subtraction where a G-Binary lane needs one count: at 8 workers about 75 operations a word
-of 32 lanes against 26 a word of 64 lanes, too many passes for NumPy, so its sum runs as one
-compiled loop (``golden/kernels.py``).
+once per call, and its encoder also works a chunk at a time. A G-Ternary lane needs two
+tallies (its codes' low bits and its -1 codes), three operations a worker's word to form
+them, and a subtraction where a G-Binary lane needs one count: at 8 workers about 75
+operations a word of 32 lanes against 26 a word of 64 lanes, too many passes for NumPy, so
+its sum runs as one compiled loop (``golden/kernels.py``). So does the G-Ternary encoder's
+compare and pack, after the pass that finds ``max|g|``.
 """
 
 import argparse

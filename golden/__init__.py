@@ -9,7 +9,7 @@ Modules:
 - :mod:`.controller`: the transaction-level model of the controller top;
 - :mod:`.combiner`: the write-combining accumulator's exact write sequence;
 - :mod:`.validate`: the checks every public function applies to its arguments;
-- :mod:`.kernels`: the one loop compiled with Numba, the G-Ternary sum.
+- :mod:`.kernels`: the loops compiled with Numba, the G-Ternary sum and encoder.
 
 The package imports NumPy, Numba and the standard library only. The host runtime and the DDP hooks
 are in :mod:`neuron_fabric.host`; workloads, traces and the training checks in

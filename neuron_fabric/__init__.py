@@ -2,7 +2,7 @@
 
 The subpackages are the repository's top-level folders:
 
-- :mod:`neuron_fabric.golden`: the bit-exact reference model (NumPy, and Numba for one loop);
+- :mod:`neuron_fabric.golden`: the bit-exact reference model (NumPy, and Numba for two loops);
 - :mod:`neuron_fabric.host`: the host runtime and the DDP communication hooks;
 - :mod:`neuron_fabric.experiments`: workloads, traces, training checks and benchmarks;
 - :mod:`neuron_fabric.hw`: Amaranth hardware blocks;

@@ -337,6 +337,30 @@ def test_encode_spans_several_internal_chunks():
         np.testing.assert_array_equal(gternary.codes(got).reshape(-1)[:grad.size], ref_ternarize(grad, 0.5))
 
 
+@pytest.mark.parametrize("stochastic", [False, True], ids=["deterministic", "stochastic"])
+@pytest.mark.parametrize("ratio", [0.0, 0.125, 0.5, 1.0])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.longdouble])
+def test_encode_packs_exactly_what_ternarize_gives(dtype, ratio, stochastic):
+    # The encoder compares and packs in one compiled loop (NumPy for longdouble); ternarize
+    # keeps NumPy's masks. Values at and just below the threshold, signed zeros, the
+    # smallest subnormals, values equal to their draw, and a size that leaves a partial
+    # last word.
+    rng = np.random.default_rng(int(ratio * 8) + 10 * stochastic)
+    grad = np.clip(rng.standard_normal(1000 + 17), -3, 3).astype(dtype)
+    grad[0] = 4.0  # the peak, and the stochastic scale: tau = ratio * 4
+    tau = dtype(ratio * 4.0)
+    below = np.nextafter(tau, dtype(0))
+    grad[1:9] = [tau, -tau, below, -below, 0.0, -0.0, np.finfo(dtype).smallest_subnormal,
+                 -np.finfo(dtype).smallest_subnormal]
+    seed = 5 if stochastic else None
+    if stochastic:  # kept only where the scaled draw is below |g|: not where they are equal
+        scaled = np.random.default_rng(seed).random(grad.size, dtype=np.float32) * np.float32(4.0)
+        grad[10:40] = scaled[10:40] * np.where(np.arange(30) % 2, 1, -1)
+    draws = lambda: np.random.default_rng(seed) if stochastic else None
+    expected = ref_pack_codes(gternary.ternarize(grad, ratio=ratio, rng=draws()), 128)
+    np.testing.assert_array_equal(gternary.encode(grad, ratio=ratio, line_bits=128, rng=draws()), expected)
+
+
 def test_encode_refuses_a_bad_line_width():
     with pytest.raises(ValueError, match=r"^line_bits must be one of \(128, 256, 512, 1024\), not 96$"):
         gternary.encode(np.ones(4, dtype=np.float32), ratio=0, line_bits=96)

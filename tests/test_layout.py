@@ -7,7 +7,7 @@ import sys
 import neuron_fabric.golden
 
 # What the golden model may import besides the standard library and itself: NumPy for its
-# arrays, Numba for the one loop it compiles (golden/kernels.py).
+# arrays, Numba for the loops it compiles (golden/kernels.py).
 ALLOWED = {"numpy", "numba"}
 
 
