@@ -25,9 +25,9 @@ import numpy as np
 from . import gbinary, kernels
 from . import lines as _lines
 from .validate import check_array, check_generator, check_grad, check_int
-from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, ROUTE_SPECS, Readout, Route, check_counter_bits,
-                      count_limit, check_max_workers, check_readout, check_readout_lines,
-                      readout_lines_per_slot, sum_limit)
+from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, ROUTE_SPECS, Readout, Route,
+                      check_counter_bits, count_limit, check_max_workers, check_readout,
+                      check_readout_lines, readout_lines_per_slot, sum_limit)
 
 __all__ = ["ZERO_CODE", "PLUS_CODE", "MINUS_CODE", "INVALID_CODE", "INVALID_VALUE", "encode",
            "ternarize", "codes", "invalid_lanes", "aggregate", "aggregate_planes", "gate",
@@ -146,6 +146,10 @@ def _signs(chunk, tau, draws, out=None):
     return positive, negative
 
 
+# Gradient types the compiled encoder takes (float16 widened to float32 first).
+_COMPILED_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
+
+
 def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
     """Ternarize a gradient (see :func:`ternarize`) and pack it into G-Ternary lines.
 
@@ -171,15 +175,11 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
         flat, tau = flat.astype(np.float32), np.float32(tau)
     if tau == 0:  # |g| >= 0 holds everywhere; the smallest positive value keeps sign(0) at 0
         tau = np.nextafter(flat.dtype.type(0), flat.dtype.type(1))
-    words = out.view(np.uint64)
+    words = out.view("<u8")  # the kernel packs lanes into little-endian words
     written = -(-flat.size // 32)
     kernels.ternary_codes(flat, tau, draws, words)
     words[written:] = 0  # the padding words
     return out.reshape(n_lines, nbytes)
-
-
-# Gradient types the compiled encoder takes (float16 widened to float32 first).
-_COMPILED_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
 def codes(lines):
