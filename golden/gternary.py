@@ -22,7 +22,7 @@ worker.
 
 import numpy as np
 
-from . import gbinary, kernels
+from . import gbinary
 from . import lines as _lines
 from .validate import check_array, check_generator, check_grad, check_int
 from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, ROUTE_SPECS, Readout, Route,
@@ -146,6 +146,14 @@ def _signs(chunk, tau, draws, out=None):
     return positive, negative
 
 
+def _kernels():
+    """The compiled loops (:mod:`.kernels`), imported on first use: importing Numba takes
+    about 0.2 s, which the users of this package that never sum or encode G-Ternary lines
+    (the hardware generator, loading a trace) need not pay."""
+    from . import kernels
+    return kernels
+
+
 # Gradient types the compiled encoder takes (float16 widened to float32 first).
 _COMPILED_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
@@ -177,7 +185,7 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
         tau = np.nextafter(flat.dtype.type(0), flat.dtype.type(1))
     words = out.view("<u8")  # the kernel packs lanes into little-endian words
     written = -(-flat.size // 32)
-    kernels.ternary_codes(flat, tau, draws, words)
+    _kernels().ternary_codes(flat, tau, draws, words)
     words[written:] = 0  # the padding words
     return out.reshape(n_lines, nbytes)
 
@@ -375,7 +383,7 @@ def _fast_sums(words, first_line, out):
             and out.shape[2] == per_line and out.dtype == np.uint64):
         raise ValueError(f"cannot sum lines {first_line}..+{out.shape[0]} of {words.shape} words "
                          f"into {out.shape} {out.dtype} readout lines")
-    kernels.ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out)
+    _kernels().ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out)
 
 
 def _check_workers(lines, max_workers, counter_bits):

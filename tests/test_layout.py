@@ -2,6 +2,7 @@
 
 import ast
 import pathlib
+import subprocess
 import sys
 
 import neuron_fabric.golden
@@ -31,3 +32,16 @@ def test_the_golden_model_imports_numpy_numba_and_the_standard_library_only():
                for module in modules}
     foreign = {name: packages for name, packages in foreign.items() if packages}
     assert foreign == {}, f"golden modules import {foreign}; they may import {sorted(ALLOWED)} only"
+
+
+def test_importing_the_golden_model_leaves_numba_until_a_kernel_runs():
+    # A fresh interpreter, so that nothing another test imported is counted.
+    script = (
+        "import sys, numpy as np\n"
+        "import neuron_fabric.golden as golden\n"
+        "print('numba' in sys.modules)\n"
+        "golden.gternary.encode(np.ones(8, dtype=np.float32), ratio=0)\n"
+        "print('numba' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert result.stdout.split() == ["False", "True"]
