@@ -129,10 +129,7 @@ def ternary_sum_lines(words, first, out):
         n = lines * per_line
         start = first + first_line * per_line
         for group in range(0, workers, 8):
-            rows = (_row(words, group, start, n, absent), _row(words, group + 1, start, n, absent),
-                    _row(words, group + 2, start, n, absent), _row(words, group + 3, start, n, absent),
-                    _row(words, group + 4, start, n, absent), _row(words, group + 5, start, n, absent),
-                    _row(words, group + 6, start, n, absent), _row(words, group + 7, start, n, absent))
+            rows = _group_rows(words, group, start, n, absent)
             if group == 0:
                 _count_eight(rows, planes, n)
                 planes[4:, :n] = 0
@@ -155,6 +152,15 @@ def _row(words, worker, start, n, absent):
     if worker < words.shape[0]:
         return words[worker, start:start + n]
     return absent[:n]
+
+
+@_inline
+def _group_rows(words, first, start, n, absent):
+    """The rows of the eight workers from ``first`` on (see :func:`_row`)."""
+    return (_row(words, first, start, n, absent), _row(words, first + 1, start, n, absent),
+            _row(words, first + 2, start, n, absent), _row(words, first + 3, start, n, absent),
+            _row(words, first + 4, start, n, absent), _row(words, first + 5, start, n, absent),
+            _row(words, first + 6, start, n, absent), _row(words, first + 7, start, n, absent))
 
 
 @_inline
