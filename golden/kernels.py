@@ -25,7 +25,7 @@ _ONE = np.uint64(1)
 _ZERO = np.uint64(0)
 
 # Words of each worker a block: the block's rows, tallies and sums (about 15 arrays of
-# 8 KiB) stay in the L1 and L2 caches (512, 1024 and 8192 words measured alike).
+# 8 KiB) stay in the L1 and L2 caches (256 to 2,048 words measured alike).
 _BLOCK_WORDS = 1024
 # Bit-planes of a sum: a count of up to 127 workers (the widest counter) and its sign.
 _PLANES = 8
@@ -57,7 +57,7 @@ def _votes(word):
 @_jit
 def _count_eight(rows, tally, n):
     """Count the votes of the eight ``rows`` into the four planes ``tally``: a carry-save
-    tree of full adders, seven of them, each word's tree in registers."""
+    tree of four full adders and three half adders, each word's tree in registers."""
     r0, r1, r2, r3, r4, r5, r6, r7 = rows
     t0, t1, t2, t3 = tally[0], tally[1], tally[2], tally[3]
     for j in range(n):
