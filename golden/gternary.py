@@ -362,7 +362,7 @@ def _sum_chunks(lines, max_workers, counter_bits):
         digits = scratch[:, :size].reshape(per_slot, -1, words_per_line)
         if fast:
             slots = slot_scratch[:per_slot * size].reshape(-1, per_slot, words_per_line)
-            _fast_sums(words, chunk.start, slots)
+            _fast_sums(words, chunk.start, slots, streaming=False)
             gbinary._swap_lines(slots, digits)
             bits, saturated = workers.bit_length() + 1, None
         else:
@@ -373,17 +373,19 @@ def _sum_chunks(lines, max_workers, counter_bits):
         yield chunk, digits, bits, saturated
 
 
-def _fast_sums(words, first_line, out):
+def _fast_sums(words, first_line, out, *, streaming):
     """The sums that cannot saturate of ``(workers, n_lines, words_per_line)`` words, from
     line ``first_line`` on, as the slots' ``SUMS`` lines ``out``: ``(lines, k,
-    words_per_line)`` ``uint64``."""
+    words_per_line)`` ``uint64``, written with streaming stores where the caller reads them
+    later (``streaming``), not at once."""
     workers, n_lines, per_line = words.shape
     # The kernel does not check its bounds: these hold by construction, and must.
     if not (0 < workers <= MAX_WORKERS_LIMIT and out.shape[0] <= n_lines - first_line
             and out.shape[2] == per_line and out.dtype == np.uint64):
         raise ValueError(f"cannot sum lines {first_line}..+{out.shape[0]} of {words.shape} words "
                          f"into {out.shape} {out.dtype} readout lines")
-    _kernels().ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out)
+    _kernels().ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out,
+                                 streaming and out.flags.c_contiguous)
 
 
 def _check_workers(lines, max_workers, counter_bits):
@@ -473,7 +475,7 @@ def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=
     out = (np.empty if workers else np.zeros)((n_lines, per_slot, nbytes), dtype=np.uint8)
     saturated = np.zeros((n_lines, line_bits // 2), dtype=bool) if return_saturated else None
     if workers and workers <= sum_limit(max_workers, counter_bits):  # no sum can saturate
-        _fast_sums(gbinary._word_rows(lines), 0, out.view(np.uint64))
+        _fast_sums(gbinary._word_rows(lines), 0, out.view(np.uint64), streaming=True)
     elif workers:
         rows = out.view(np.uint64)
         for chunk, digits, _, over in _sum_chunks(lines, max_workers, counter_bits):

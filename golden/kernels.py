@@ -17,6 +17,9 @@ kernels trust theirs, and Numba does not check array bounds.
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["ternary_sum_lines", "ternary_codes"]
 
@@ -106,8 +109,40 @@ def _subtract_minus(planes, n):
             minus = (both >> _ONE) & _EVEN
 
 
+@intrinsic
+def _stream(typingctx, array, index, value):
+    """``array[index] = value`` (a 1-d array) as a streaming store, which writes memory
+    without first reading the line it lands in: for output lines that nothing reads while
+    they could still be in the cache, that reading is a third of the sum's memory traffic.
+    An x86 processor combines a cache line's eight streaming stores into one write."""
+
+    def codegen(context, builder, signature, args):
+        array_type, _, value_type = signature.args
+        data, at, item = args
+        view = context.make_array(array_type)(context, builder, data)
+        pointer = cgutils.get_item_pointer(context, builder, array_type, view, [at], wraparound=False)
+        item = context.cast(builder, item, value_type, array_type.dtype)
+        store = builder.store(item, pointer)
+        store.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        return context.get_dummy_value()
+
+    return numba.types.void(array, index, value), codegen
+
+
+@intrinsic
+def _fence(typingctx):
+    """Order every store before it, streaming ones included, before any memory access
+    after it (a streaming store is not ordered with other stores until a fence)."""
+
+    def codegen(context, builder, signature, args):
+        builder.fence("seq_cst")
+        return context.get_dummy_value()
+
+    return numba.types.void(), codegen
+
+
 @_jit
-def ternary_sum_lines(words, first, out):
+def ternary_sum_lines(words, first, out, streaming):
     """The G-Ternary sums of every worker's words, as ``SUMS`` readout lines.
 
     ``words`` is ``(workers, n_words)`` ``uint64``, each row a worker's lines end to end;
@@ -115,7 +150,9 @@ def ternary_sum_lines(words, first, out):
     ``(n_lines, k, words_per_line)`` ``uint64``, and line ``[i, d]`` gets bit ``2d`` of
     every sum of line ``i`` at the lane's even bit and bit ``2d + 1`` at its odd bit, the
     sign repeated above the sum's top bit. The sums must not saturate (no more workers than
-    the limit, at most 127).
+    the limit, at most 127). With ``streaming``, ``out`` (C-contiguous) is written with
+    streaming stores (:func:`_stream`): for lines returned to the caller, not for scratch
+    that is read at once.
     """
     workers = words.shape[0]
     n_lines, per_slot, per_line = out.shape
@@ -124,6 +161,7 @@ def ternary_sum_lines(words, first, out):
     planes = np.zeros((_PLANES, size), np.uint64)
     tally = np.empty((4, size), np.uint64)
     absent = np.zeros(size, np.uint64)  # the rows past the last worker of a group of eight
+    flat_out = out.reshape(-1) if streaming else out[:0, 0, 0]
     for first_line in range(0, n_lines, block_lines):
         lines = min(block_lines, n_lines - first_line)
         n = lines * per_line
@@ -139,11 +177,17 @@ def ternary_sum_lines(words, first, out):
         _subtract_minus(planes, n)
         for i in range(lines):  # the slots' lines in the order they lie in memory
             line = out[first_line + i]
+            at = (first_line + i) * per_slot * per_line
             for d in range(per_slot):
                 low, high = planes[2 * d], planes[2 * d + 1]
                 for j in range(per_line):
                     q = i * per_line + j
-                    line[d, j] = low[q] | (high[q] << _ONE)
+                    if streaming:
+                        _stream(flat_out, at + d * per_line + j, low[q] | (high[q] << _ONE))
+                    else:
+                        line[d, j] = low[q] | (high[q] << _ONE)
+    if streaming:
+        _fence()
 
 
 @_inline

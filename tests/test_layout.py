@@ -8,8 +8,8 @@ import sys
 import neuron_fabric.golden
 
 # What the golden model may import besides the standard library and itself: NumPy for its
-# arrays, Numba for the loops it compiles (golden/kernels.py).
-ALLOWED = {"numpy", "numba"}
+# arrays, Numba (and its llvmlite) for the loops it compiles (golden/kernels.py).
+ALLOWED = {"numpy", "numba", "llvmlite"}
 
 
 def imported_packages(path):
