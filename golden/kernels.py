@@ -4,9 +4,9 @@ A NumPy call makes one pass over its arrays per operation. The G-Ternary sum of 
 takes about 75 bitwise operations a word (two tallies a lane, then a subtraction), so even
 on chunks held in the L2 cache it ran at a third of the speed of reading the workers' lines;
 the G-Ternary encoder's compare and pack took five passes a chunk. The loops here do the
-same arithmetic with Numba, every step of a block of words while it is in the L1 cache: the
-sum runs at about three quarters of the speed of a copy of its input, the encoder's pass at
-the speed of reading the gradient.
+same arithmetic with Numba, every step of a block of words while it is in the L1 cache, and
+the sum writes its lines with streaming stores: it runs at about the speed of a copy of its
+input, the encoder's pass at the speed of reading the gradient.
 
 :func:`ternary_sum_lines` is the bit-sliced sum of :mod:`.gternary` on ``uint64`` words of
 32 lanes: full adders count the workers' votes into bit-planes, and a ripple of borrows
