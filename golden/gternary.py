@@ -381,7 +381,8 @@ def _fast_sums(words, first_line, out, *, streaming):
     workers, n_lines, per_line = words.shape
     # The kernel does not check its bounds: these hold by construction, and must.
     if not (0 < workers <= MAX_WORKERS_LIMIT and out.shape[0] <= n_lines - first_line
-            and out.shape[2] == per_line and out.dtype == np.uint64):
+            and 0 < out.shape[1] <= (COUNTER_BITS_LIMIT + 2) // 2 and out.shape[2] == per_line
+            and out.dtype == np.uint64):
         raise ValueError(f"cannot sum lines {first_line}..+{out.shape[0]} of {words.shape} words "
                          f"into {out.shape} {out.dtype} readout lines")
     _kernels().ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out,

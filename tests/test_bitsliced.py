@@ -435,3 +435,12 @@ def test_readout_planes_refuses_what_aggregate_planes_never_returns():
         gbinary.readout_planes(np.zeros((1, 3, 16), dtype=np.uint8), readout=Readout.SIGN, num_workers=0)
     with pytest.raises(ValueError, match="^gate must be between 0 and 255, not 256$"):
         gternary.readout_planes(np.zeros((1, 2, 16), dtype=np.uint8), readout=Readout.GATED, gate=256)
+
+
+@pytest.mark.parametrize("shape", [(5, 3, 8), (4, 5, 8), (4, 3, 4)],
+                         ids=["more lines than words", "five digit lines", "other line width"])
+def test_the_compiled_sum_is_never_handed_lines_it_would_write_out_of_bounds(shape):
+    # Numba does not check array bounds, so the call into the kernel checks the shapes.
+    words = np.zeros((3, 4, 8), dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"^cannot sum lines 0\.\.\+\d of \(3, 4, 8\) words into"):
+        gternary._fast_sums(words, 0, np.zeros(shape, dtype=np.uint64), streaming=True)
