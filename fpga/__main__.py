@@ -405,13 +405,12 @@ def cmd_sweep(args):
     started = time.perf_counter()
     for index, point in enumerate(points, 1):
         key = (point["line_bits"], point["max_workers"], point["depth"])
+        rows = _floorplans(args.floorplan_rows[:1], tiles=point["line_bits"] // tile_lanes)[0]
         kept = done.get(key, {})
         wanted = grades if point["line_bits"] in placed else []
         if (key in done and "error" not in kept and set(wanted) <= set(kept.get("grades", {}))
                 and not any("error" in e for e in kept.get("grades", {}).values())
-                and kept.get("tile_lanes") == tile_lanes
-                and kept.get("floorplan_rows") == _floorplans(
-                    args.floorplan_rows[:1], tiles=key[0] // tile_lanes)[0]):
+                and kept.get("tile_lanes") == tile_lanes and kept.get("floorplan_rows") == rows):
             _log(f"sweep: [{index}/{len(points)}] {key}: kept from the earlier run")
             report["sweep"].append(done[key])
             continue
@@ -420,7 +419,6 @@ def cmd_sweep(args):
         except (TypeError, ValueError) as error:
             report["sweep"].append({"params": point, "error": str(error)})
             continue
-        rows = _floorplans(args.floorplan_rows[:1], tiles=params.line_bits // tile_lanes)[0]
         _log(f"sweep: [{index}/{len(points)}] {params.name}, "
              f"{time.perf_counter() - started:.0f} s so far")
         try:

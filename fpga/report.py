@@ -250,15 +250,20 @@ def _tiles_text(default):
             f"and floorplan)" if others else "")
     pinned = default.get("top", {}).get("floorplan_rows")
     placed = (f", its block RAMs {_placement(default['top'])}"
-              if pinned and default["top"].get("cells", {}).get("dp16kd") != 0 else "")
+              if pinned and _has_block_rams(default["top"]) else "")
     return (f"The datapath is a row of {default['params']['line_bits'] // lanes} lane tiles of "
             f"{lanes} line bits each (TILE_LANES {lanes}){placed}{also}. ")
+
+
+def _has_block_rams(top):
+    """Whether a top has block RAMs (assumed when its cells were not counted)."""
+    return top.get("cells", {}).get("dp16kd") != 0
 
 
 def _placement(top):
     """How a top's block RAMs were placed, in words."""
     rows = top.get("floorplan_rows")
-    if top.get("cells", {}).get("dp16kd") == 0:
+    if not _has_block_rams(top):
         return "none to place"
     return f"pinned over {rows} row{'s' if rows > 1 else ''}" if rows else "placed by nextpnr"
 

@@ -382,11 +382,11 @@ def _fast_sums(words, first_line, out, *, streaming):
     # The kernel does not check its bounds: these hold by construction, and must.
     if not (0 < workers <= MAX_WORKERS_LIMIT and out.shape[0] <= n_lines - first_line
             and 0 < out.shape[1] <= (COUNTER_BITS_LIMIT + 2) // 2 and out.shape[2] == per_line
-            and out.dtype == np.uint64):
+            and out.dtype == np.uint64 and out.flags.c_contiguous):
         raise ValueError(f"cannot sum lines {first_line}..+{out.shape[0]} of {words.shape} words "
                          f"into {out.shape} {out.dtype} readout lines")
     _kernels().ternary_sum_lines(words.reshape(workers, -1), first_line * per_line, out,
-                                 streaming and out.flags.c_contiguous)
+                                 streaming)
 
 
 def _check_workers(lines, max_workers, counter_bits):
@@ -491,11 +491,8 @@ def _digit_lines(planes, out):
     plane ``2k`` at the even bits and plane ``2k + 1`` at the odd bits, planes past the top
     repeating the sign."""
     for k, line in enumerate(out):
-        low = planes[min(2 * k, len(planes) - 1)]
         np.left_shift(planes[min(2 * k + 1, len(planes) - 1)], _ONE, out=line)
-        line ^= low
-        line &= _ODD
-        line ^= low  # low's even bits, the shifted plane's odd bits
+        _merge_digits(planes[min(2 * k, len(planes) - 1)], line, line)
 
 
 def _check_sums(sums):

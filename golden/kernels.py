@@ -150,8 +150,8 @@ def ternary_sum_lines(words, first, out, streaming):
     ``(n_lines, k, words_per_line)`` ``uint64``, and line ``[i, d]`` gets bit ``2d`` of
     every sum of line ``i`` at the lane's even bit and bit ``2d + 1`` at its odd bit, the
     sign repeated above the sum's top bit. The sums must not saturate (no more workers than
-    the limit, at most 127). With ``streaming``, ``out`` (C-contiguous) is written with
-    streaming stores (:func:`_stream`): for lines returned to the caller, not for scratch
+    the limit, at most 127). ``out`` must be C-contiguous; with ``streaming`` it is written
+    with streaming stores (:func:`_stream`): for lines returned to the caller, not for scratch
     that is read at once.
     """
     workers = words.shape[0]
@@ -161,7 +161,7 @@ def ternary_sum_lines(words, first, out, streaming):
     planes = np.zeros((_PLANES, size), np.uint64)
     tally = np.empty((4, size), np.uint64)
     absent = np.zeros(size, np.uint64)  # the rows past the last worker of a group of eight
-    flat_out = out.reshape(-1) if streaming else out[:0, 0, 0]
+    flat_out = out.reshape(-1)  # C-contiguous
     for first_line in range(0, n_lines, block_lines):
         lines = min(block_lines, n_lines - first_line)
         n = lines * per_line
@@ -177,15 +177,15 @@ def ternary_sum_lines(words, first, out, streaming):
         _subtract_minus(planes, n)
         for i in range(lines):  # the slots' lines in the order they lie in memory
             line = out[first_line + i]
-            at = (first_line + i) * per_slot * per_line
             for d in range(per_slot):
                 low, high = planes[2 * d], planes[2 * d + 1]
+                at = ((first_line + i) * per_slot + d) * per_line  # line[d] in flat_out
                 for j in range(per_line):
-                    q = i * per_line + j
+                    digits = low[i * per_line + j] | (high[i * per_line + j] << _ONE)
                     if streaming:
-                        _stream(flat_out, at + d * per_line + j, low[q] | (high[q] << _ONE))
+                        _stream(flat_out, at + j, digits)
                     else:
-                        line[d, j] = low[q] | (high[q] << _ONE)
+                        line[d, j] = digits
     if streaming:
         _fence()
 

@@ -59,7 +59,10 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
     ``full_traces`` replays every step of both traces on Verilator's top, and
     ``icarus_full_traces`` on Icarus's; otherwise two steps of 16 lines per worker and route.
     """
-    cut = (("NFABRIC_TRACE_STEPS", "2"), ("NFABRIC_TRACE_LINES", "16"))
+    def traces(full):
+        return ((("NFABRIC_TRACE_STEPS", "all"),) if full else
+                (("NFABRIC_TRACE_STEPS", "2"), ("NFABRIC_TRACE_LINES", "16")))
+
     seeds = ",".join(str(s) for s in seeds)
     common = (("NFABRIC_SEEDS", seeds),)
     controller = "neuron_fabric.sim.tb_controller"
@@ -67,14 +70,14 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
     if simulator == "verilator":
         return [
             Job("controller", top, "controller", controller,
-                env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if full_traces else cut)),
+                env=common + traces(full_traces)),
             Job("narrow", narrow, "controller", controller,
                 test_filter="counters_saturate|random_traffic", env=common),
             Job("blocks", small, "blocks", blocks, env=common + (("NFABRIC_VECTORS", "200"),)),
         ]
     return [
         Job("controller", top, "controller", controller,
-            env=common + ((("NFABRIC_TRACE_STEPS", "all"),) if icarus_full_traces else cut)),
+            env=common + traces(icarus_full_traces)),
         Job("small", small, "controller", controller,
             env=common + (("NFABRIC_TRACE_STEPS", "1"), ("NFABRIC_TRACE_LINES", "2"),
                           ("NFABRIC_RANDOM_OPS", "120"))),

@@ -437,10 +437,14 @@ def test_readout_planes_refuses_what_aggregate_planes_never_returns():
         gternary.readout_planes(np.zeros((1, 2, 16), dtype=np.uint8), readout=Readout.GATED, gate=256)
 
 
-@pytest.mark.parametrize("shape", [(5, 3, 8), (4, 5, 8), (4, 3, 4)],
-                         ids=["more lines than words", "five digit lines", "other line width"])
-def test_the_compiled_sum_is_never_handed_lines_it_would_write_out_of_bounds(shape):
+@pytest.mark.parametrize("out", [np.zeros((5, 3, 8), dtype=np.uint64),
+                                 np.zeros((4, 5, 8), dtype=np.uint64),
+                                 np.zeros((4, 3, 4), dtype=np.uint64),
+                                 np.zeros((4, 3, 16), dtype=np.uint64)[:, :, :8]],
+                         ids=["more lines than words", "five digit lines", "other line width",
+                              "not contiguous"])
+def test_the_compiled_sum_is_never_handed_lines_it_would_write_out_of_bounds(out):
     # Numba does not check array bounds, so the call into the kernel checks the shapes.
     words = np.zeros((3, 4, 8), dtype=np.uint64)
     with pytest.raises(ValueError, match=r"^cannot sum lines 0\.\.\+\d of \(3, 4, 8\) words into"):
-        gternary._fast_sums(words, 0, np.zeros(shape, dtype=np.uint64), streaming=True)
+        gternary._fast_sums(words, 0, out, streaming=True)
