@@ -28,8 +28,8 @@ class Engine:
         The block's name: its role in the generated manifest (``nfabric_<role>_...``) and
         the suffix of its submodules in a lane tile.
     component : type
-        The :class:`~amaranth.lib.wiring.Component`; it takes ``line_bits``, ``max_workers``
-        and ``counter_bits`` and has ``i``/``o`` streams whose ``readout`` field is a
+        The :class:`~amaranth.lib.wiring.Component`; it takes ``line_bits``, ``max_workers``,
+        ``counter_bits`` and ``max_contributions`` and has ``i``/``o`` streams whose ``readout`` field is a
         :class:`~neuron_fabric.golden.formats.Readout`.
     lines : callable
         ``{Readout: [line, ...]}`` of the route's readouts from the engine's readout inputs:

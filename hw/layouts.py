@@ -21,7 +21,7 @@ from ..golden.params import ADDR_BITS, HW_MAX_WORKERS_RANGE
 __all__ = [
     "lane_layout", "state_layout", "vote_layout", "code_layout", "count_layout", "sum_layout",
     "readout_lines", "max_readout_lines", "bit_planes",
-    "check_hw_max_workers", "check_engine_line_bits", "ternary_code",
+    "check_hw_max_workers", "check_engine_line_bits", "lanes_saturate", "ternary_code",
     "request_layout", "response_layout", "mem_request_layout",
     "CSRBusSignature",
 ]
@@ -165,3 +165,14 @@ def ternary_code(negative, positive):
     """The 2-bit code of a lane: ``11`` for -1, ``01`` for +1, ``00`` for 0 (the golden
     model's codes: the low bit says non-zero, the high bit negative)."""
     return Cat(negative | positive, negative)
+
+
+
+def lanes_saturate(max_contributions, *, limit):
+    """Validate a lane engine's ``max_contributions`` (None, or an integer of at least 1) and
+    say whether its lanes can saturate at ``limit`` (a count's or a sum's largest magnitude):
+    a lane given at most ``max_contributions`` votes or codes between clears never passes
+    ``limit`` when that is no more than ``limit``; None means any number."""
+    if max_contributions is None:
+        return True
+    return check_int("max_contributions", max_contributions, low=1) > limit

@@ -1,13 +1,13 @@
 """The G-Binary sign-count lane engine (docs/design.md, "G-Binary")."""
 
-from amaranth.hdl import Cat, Module, Signal, Value, unsigned
+from amaranth.hdl import C, Cat, Module, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit
 from .lane_logic import carry_out, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, count_layout,
-                      max_readout_lines, vote_layout)
+                      lanes_saturate, max_readout_lines, vote_layout)
 
 __all__ = ["SignCountEngine", "majority_layout", "majority_thresholds", "majority_value",
            "sign_count_lines"]
@@ -61,9 +61,16 @@ class SignCountEngine(wiring.Component):
         Largest NUM_WORKERS (2 to 64); sets the width of ``num_workers``.
     counter_bits : int or None
         Counter width; None gives ``ceil(log2(max_workers + 1))``.
+    max_contributions : int or None
+        Most votes a lane is given between clears; None (the default) for any number. When
+        a counter holds that many (the controller folds one vote a worker, so a
+        default-width counter does), no lane can saturate and the engine builds no test
+        for it: ``saturates`` is False and ``o.saturated`` is 0.
 
     Members
     -------
+    saturates : bool
+        Whether a lane's counter can saturate (see ``max_contributions``).
     i : ``In(stream.Signature(...))``
         ``counts`` (the slot), ``votes`` (the written line), ``fold`` (a bit per lane;
         1: add the lane's vote, 0: pass its count through), ``majority`` (:func:`majority_layout`), ``readout`` (a
@@ -81,10 +88,13 @@ class SignCountEngine(wiring.Component):
         On a parameter of the wrong type or out of range.
     """
 
-    def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None):
+    def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None,
+                 max_contributions=None):
         self.line_bits = check_engine_line_bits(line_bits)
         self.max_workers = check_hw_max_workers(max_workers)
         self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+        self.saturates = lanes_saturate(max_contributions,
+                                        limit=count_limit(self.counter_bits))
         self.readout_lines = max_readout_lines(Route.GBINARY, counter_bits=self.counter_bits)
         counts = count_layout(self.line_bits, self.counter_bits)
         super().__init__({
@@ -111,11 +121,12 @@ class SignCountEngine(wiring.Component):
         p_in, p_out = self.i.payload, self.o.payload
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
 
-        # Fold: a lane counts up on a vote unless it is full (all ones, ``limit``).
+        # Fold: a lane counts up on a vote unless it is full (all ones, ``limit``). A lane
+        # that cannot fill needs no test: it is wide, and it sits in the controller's fold loop.
         saturated = []
         for lane in range(self.line_bits):
             count, vote = p_in.counts[lane], p_in.votes[lane]
-            full = count == limit
+            full = (count == limit) if self.saturates else C(0, 1)
             fold = p_in.fold[lane]
             saturated.append(fold & vote & full)
             m.d.comb += p_out.counts[lane].eq(step(count, up=fold & vote & ~full, down=0))

@@ -1,6 +1,6 @@
 """The G-Ternary gate lane engine (docs/design.md, "G-Ternary")."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value, unsigned
+from amaranth.hdl import C, Cat, Module, Mux, Signal, Value, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -8,7 +8,8 @@ from ..golden.formats import Readout, Route, check_counter_bits, sum_limit
 from ..golden.gternary import INVALID_CODE, MINUS_CODE, PLUS_CODE
 from .lane_logic import carry_out, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, code_layout,
-                      max_readout_lines, readout_lines, sum_layout, ternary_code)
+                      lanes_saturate, max_readout_lines, readout_lines, sum_layout,
+                      ternary_code)
 
 __all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value", "ternary_gate_lines"]
 
@@ -54,9 +55,16 @@ class TernaryGateEngine(wiring.Component):
         Largest NUM_WORKERS (2 to 64): bounds the sums.
     counter_bits : int or None
         Counter width (a sum is one bit wider); None gives ``ceil(log2(max_workers + 1))``.
+    max_contributions : int or None
+        Most codes a lane is given between clears; None (the default) for any number. When
+        ``limit`` is at least that many (the controller folds one code a worker, and with
+        a default-width counter ``limit`` is ``max_workers``), no sum can saturate and the
+        engine builds no test for it: ``saturates`` is False and ``o.saturated`` is 0.
 
     Members
     -------
+    saturates : bool
+        Whether a lane's sum can saturate (see ``max_contributions``).
     i : ``In(stream.Signature(...))``
         ``sums`` (the slot), ``codes`` (the written line), ``fold`` (a bit per lane;
         1: add the lane's code, 0: pass its sum through), ``gate_less_one`` (:func:`gate_less_one` of GATE),
@@ -73,10 +81,13 @@ class TernaryGateEngine(wiring.Component):
         On a parameter of the wrong type or out of range.
     """
 
-    def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None):
+    def __init__(self, *, line_bits=512, max_workers=16, counter_bits=None,
+                 max_contributions=None):
         self.line_bits = check_engine_line_bits(line_bits)
         self.max_workers = check_hw_max_workers(max_workers)
         self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+        self.saturates = lanes_saturate(max_contributions,
+                                        limit=sum_limit(self.max_workers, self.counter_bits))
         self.lanes = self.line_bits // 2
         self.readout_lines = max_readout_lines(Route.GTERNARY, counter_bits=self.counter_bits)
         sums = sum_layout(self.line_bits, self.counter_bits)
@@ -119,7 +130,8 @@ class TernaryGateEngine(wiring.Component):
         positive = Signal(self.lanes)  # GATED reads +1
         for lane in range(self.lanes):
             code, total = p_in.codes[lane], p_in.sums[lane]
-            top, bottom = total == limit, total == -limit
+            top, bottom = ((total == limit, total == -limit) if self.saturates
+                           else (C(0, 1), C(0, 1)))
             sign = total[-1]
             magnitude = widen(total[:cw] ^ sign.replicate(cw), cw + 1)
             gated = carry_out(magnitude, below_gate, carry_in=sign)

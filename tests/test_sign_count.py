@@ -88,6 +88,28 @@ def test_random_lines_match_golden(line_bits, max_workers, counter_bits, workers
     check_against_golden(engine, lines)
 
 
+
+@pytest.mark.parametrize("max_workers,counter_bits,max_contributions,saturates", [
+    (16, None, 16, False),   # the controller's lanes: a vote a worker, 5-bit counters
+    (16, None, 31, False),   # as many votes as the counter holds
+    (16, None, 32, True),
+    (16, None, None, True),  # any number of votes
+    (16, 4, 16, True),       # a 4-bit counter fills at 15
+])
+def test_saturation_is_built_only_where_a_counter_can_fill(max_workers, counter_bits,
+                                                           max_contributions, saturates):
+    """A lane given no more votes than its counter holds never saturates: the engine leaves
+    the test out, and still folds and reads out as the golden model does up to that many."""
+    engine = SignCountEngine(line_bits=128, max_workers=max_workers, counter_bits=counter_bits,
+                             max_contributions=max_contributions)
+    assert engine.saturates is saturates
+    if not saturates:
+        # Every worker votes -1 on the first lanes: their counters reach max_workers.
+        rng = np.random.default_rng(max_workers)
+        votes = rng.random((max_workers, 2, 128)) < 0.5
+        votes[:, :, :8] = True
+        check_against_golden(engine, L.pack_lanes(votes.astype(np.uint8), lane_bits=1))
+
 def test_saturation_is_reported_only_when_a_counter_would_overflow():
     engine = SignCountEngine(line_bits=128, max_workers=8, counter_bits=2)
     full = L.lanes_to_int(np.full(128, 3), lane_bits=2)
@@ -183,6 +205,8 @@ def test_majority_thresholds_in_hardware_equal_their_integer_form(max_workers):
     (dict(max_workers=65), ValueError, "max_workers must be between 2 and 64, not 65"),
     (dict(max_workers=16, counter_bits=6), ValueError, "counter_bits must be between 1 and 5, not 6"),
     (dict(counter_bits=0), ValueError, "counter_bits must be between 1 and 5, not 0"),
+    (dict(max_contributions=0), ValueError, "max_contributions must be at least 1, not 0"),
+    (dict(max_contributions=2.0), TypeError, "max_contributions must be an integer, not 2.0"),
 ])
 def test_bad_parameters_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error) as info:

@@ -97,6 +97,29 @@ def test_random_lines_with_invalid_codes_match_golden(line_bits, max_workers, co
     check_against_golden(engine, lines, gates=(0, 1, workers // 2, workers, 255))
 
 
+
+@pytest.mark.parametrize("max_workers,counter_bits,max_contributions,saturates", [
+    (16, None, 16, False),   # the controller's lanes: a code a worker, sums in [-16, 16]
+    (16, None, 17, True),    # one code more than the limit
+    (16, None, None, True),  # any number of codes
+    (8, 2, 8, True),         # 3-bit sums in [-3, 3]
+    (3, 2, 3, False),
+])
+def test_saturation_is_built_only_where_a_sum_can_pass_its_limit(max_workers, counter_bits,
+                                                                 max_contributions, saturates):
+    """A lane given no more codes than its limit never saturates: the engine leaves the test
+    out, and still folds, flags invalid codes and reads out as the golden model does."""
+    engine = TernaryGateEngine(line_bits=128, max_workers=max_workers,
+                               counter_bits=counter_bits, max_contributions=max_contributions)
+    assert engine.saturates is saturates
+    if not saturates:
+        # Every worker sends +1 on lanes 0-3 and -1 on lanes 4-7: the sums reach both limits.
+        rng = np.random.default_rng(max_workers)
+        codes = rng.choice([0, 1, 2, 3], p=[0.3, 0.3, 0.1, 0.3], size=(max_workers, 2, 64))
+        codes[:, :, :4], codes[:, :, 4:8] = 1, 3
+        check_against_golden(engine, L.pack_lanes(codes.astype(np.uint8), lane_bits=2),
+                             gates=(0, 1, max_workers))
+
 def test_each_lane_folds_only_when_its_own_fold_bit_is_set():
     """``fold`` is a bit per lane: a lane adds its code, and may flag it, only when set."""
     engine = TernaryGateEngine(line_bits=64, max_workers=8, counter_bits=2)
