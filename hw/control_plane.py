@@ -3,7 +3,7 @@
 Decode, the contribution bitmaps and statuses, the CSRs, the clearing sweep, admission by
 credits, and the order of responses and memory requests all live here, one small block
 beside the row of lane tiles. It decides everything a tile needs ahead of time and sends it
-as three registered control words, so the wide datapath never waits and no decision is made
+as four registered control words, so the wide datapath never waits and no decision is made
 from across the die.
 """
 
@@ -17,14 +17,18 @@ from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
+from .lane_logic import kept_tree
 from .layouts import CSRBusSignature, readout_lines
-from .lane_tile import (KEEP, Source, fold_word_layout, forward_word_layout, most_readout_lines,
-                        read_word_layout)
+from .lane_tile import (FLAGS_STAGE, KEEP, Source, fold_word_layout, forward_word_layout,
+                        late_word_layout, most_readout_lines, read_word_layout)
 from .sign_count import majority_thresholds
 from .ternary_gate import gate_less_one
 
 __all__ = ["ControlPlane", "request_control_layout", "response_control_layout",
-           "memory_control_layout"]
+           "memory_control_layout", "STATUS_STAGE"]
+
+#: The cycle after a request's transfer in which its status is decided (see ControlPlane).
+STATUS_STAGE = 3
 
 
 def request_control_layout(*, worker_bits):
@@ -54,8 +58,10 @@ class ControlPlane(wiring.Component):
        for the tiles;
     2. the word is formed; its row's bitmap is read; the forward word leaves, saying
        whether a write two, three or four words ahead, still in flight, has the row;
-    3. status from the bitmap (forwarded from the three words ahead); the fold word leaves;
-    4. the bitmap is written back; flags and counters count the word;
+    3. status from the bitmap (forwarded from the three words ahead); the fold word leaves
+       (nothing in it waits on the status);
+    4. the bitmap is written back; flags and counters count the word; the late word (what
+       the status decides), registered here first, leaves;
     7. the word's response and memory request enter the buffers, with the tiles' slices.
 
     **Admission**: by credits. ``i_req.ready`` is high while the response and memory
@@ -75,7 +81,7 @@ class ControlPlane(wiring.Component):
     -------
     i_req : ``In(stream.Signature(request_control_layout(...)))``
     csr : ``In(CSRBusSignature)``
-    read_words, forward_words, fold_words : ``Out(...).array(word_copies)``
+    read_words, forward_words, fold_words, late_words : ``Out(...).array(word_copies)``
         The tiles' control words (registered; see :mod:`~neuron_fabric.hw.lane_tile`), one
         copy per group of tiles: a copy's register is free to sit between the control
         plane's logic and its tiles, so no single register drives the whole row.
@@ -84,8 +90,9 @@ class ControlPlane(wiring.Component):
     o_mem : ``Out(stream.Signature(memory_control_layout()))``
         The memory request at the head of the buffer.
     saturated, invalid : ``In(1)``
-        The tiles' flags, ORed; each cycle's value belongs to one word's fold (counted in
-        INVALID_LINES), two cycles after it.
+        The tiles' flags, ORed; each cycle's value belongs to one word's fold, at the tiles'
+        :data:`~.lane_tile.FLAGS_STAGE`. Only an accepted write's count (in INVALID_LINES) and
+        set the flags: a refused write folds in the tiles too, unwritten.
     stalled : ``In(1)``
         An output is stalled this cycle (counted in STALL_CYCLES).
     """
@@ -112,6 +119,7 @@ class ControlPlane(wiring.Component):
                                                counter_bits=p.counter_bits,
                                                readout_lines=self.readout_lines)
                               ).array(self.word_copies),
+            "late_words": Out(late_word_layout()).array(self.word_copies),
             "o_resp": Out(stream.Signature(response_control_layout())),
             "o_mem": Out(stream.Signature(memory_control_layout())),
             "saturated": In(1),
@@ -328,12 +336,16 @@ class ControlPlane(wiring.Component):
                      bad_worker.eq(d["worker"] >= num_workers),
                      full_mask.eq(complete_mask)]
 
-        def tests(bitmap):   # (the worker wrote the slot, every worker did)
-            return Cat((bitmap & worker_bit).any(), (bitmap & full_mask) == full_mask)
+        def tests(bitmap, name):   # (the worker wrote the slot, every worker did)
+            wrote = [(bitmap[i:i + 2] & worker_bit[i:i + 2]).any() for i in range(0, MW, 2)]
+            done = [(bitmap[i:i + 2] | ~full_mask[i:i + 2]).all() for i in range(0, MW, 2)]
+            return Cat(kept_tree(m, wrote, "any", f"{name}_wrote"),
+                       kept_tree(m, done, "all", f"{name}_complete"))
 
-        tested = tests(bitmap_read)
-        for hit, bitmap in ((from_w3, w3_bitmap), (from_w2, w2_bitmap), (from_w1, w1_bitmap)):
-            tested = Mux(hit, tests(bitmap), tested)
+        tested = tests(bitmap_read, "bitmap")
+        for hit, bitmap, name in ((from_w3, w3_bitmap, "w3"), (from_w2, w2_bitmap, "w2"),
+                                  (from_w1, w1_bitmap, "w1")):
+            tested = Mux(hit, tests(bitmap, name), tested)
         duplicate, complete = Signal(), Signal()
         m.d.comb += Cat(duplicate, complete).eq(tested)
         status = Signal(Shape.cast(Status))
@@ -374,12 +386,15 @@ class ControlPlane(wiring.Component):
         beat_answers = s["beat_word"] & readout_answered
         writes_row = fold | read_clears | s["sweep"]
         gbinary = s["route"] == Route.GBINARY
+        # The fold word waits on no status: every write to a window folds, and a READ_CLEAR
+        # clears, as if accepted. The late word says a cycle later whether the row is
+        # written back; a refused write's flags are dropped below.
+        writes_window = request & s["claimed"] & is_write
         fold_word = Signal.like(self.fold_words[0], name="fold_word_next")
         m.d.comb += [
-            fold_word.fold_gbinary.eq(fold & gbinary),
-            fold_word.fold_gternary.eq(fold & ~gbinary),
-            fold_word.clear.eq(read_clears | s["sweep"]),
-            fold_word.write_row.eq(writes_row),
+            fold_word.fold_gbinary.eq(writes_window & gbinary),
+            fold_word.fold_gternary.eq(writes_window & ~gbinary),
+            fold_word.clear.eq(request & s["claimed"] & is_read_clear | s["sweep"]),
             fold_word.from_last.eq(from_w1),
             fold_word.capture.eq(~s["beat_word"]),
             fold_word.readout.eq(s["readout"]),
@@ -387,17 +402,30 @@ class ControlPlane(wiring.Component):
             fold_word.gate_less_one.eq(gate_less_one(reg("GATE", "GATE"),
                                                           counter_bits=p.counter_bits)),
             fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
-            fold_word.quiet.eq(~beat_answers & ~answers_readout),
             fold_word.push_response.eq(request | beat_answers),
             fold_word.push_memory.eq(request & to_memory),
             fold_word.memory_read.eq(request & to_memory & ~is_write),
         ]
+        # The status is registered here, beside the logic that makes it, before its copies
+        # cross the die: the late word leaves a cycle after the fold word.
+        late_word = Signal.like(self.late_words[0], name="late_word_status")
+        m.d.sync += [late_word.write_row.eq(writes_row),
+                     late_word.quiet.eq(~beat_answers & ~answers_readout)]
+
+        # A word's flags reach the control plane at the tiles' FLAGS_STAGE: they count only
+        # if the word was an accepted write.
+        folded = Signal(FLAGS_STAGE - STATUS_STAGE, name="folded")
+        m.d.sync += folded.eq(Cat(fold, folded[:-1]))
+        fold_saturated, fold_invalid = Signal(), Signal()
+        m.d.comb += [fold_saturated.eq(self.saturated & folded[-1]),
+                     fold_invalid.eq(self.invalid & folded[-1])]
 
         # Each copy of the words feeds its own group of tiles; kept through synthesis, so
         # that each can sit between the control plane and its tiles.
         words = {"read_word": (read_word, self.read_words),
                  "forward_word": (forward_word, self.forward_words),
-                 "fold_word": (fold_word, self.fold_words)}
+                 "fold_word": (fold_word, self.fold_words),
+                 "late_word": (late_word, self.late_words)}
         for name, (word, ports) in words.items():
             for index, port in enumerate(ports):
                 copy = Signal.like(word, name=f"{name}_{index}", attrs=KEEP)
@@ -484,15 +512,15 @@ class ControlPlane(wiring.Component):
                      w1_flags.eq(Cat(flags.values()))]
         for flag, bit in zip(flags, w1_flags):
             m.d.comb += getattr(regs, f"errors_{flag.lower()}_set").eq(w1_request & bit)
-        m.d.comb += [regs.errors_saturated_set.eq(self.saturated),
-                     regs.errors_invalid_code_set.eq(self.invalid)]
+        m.d.comb += [regs.errors_saturated_set.eq(fold_saturated),
+                     regs.errors_invalid_code_set.eq(fold_invalid)]
         invalid_counters = {spec.invalid_counter for spec in ROUTE_SPECS.values()} - {None}
         for name in COUNTERS:
             counter = Signal(32, name=f"count_{name.lower()}")
             if name == "STALL_CYCLES":
                 event = self.stalled
             elif name in invalid_counters:
-                event = self.invalid
+                event = fold_invalid
             else:
                 event = w1_request & w1_events[names.index(name)]
             with m.If(regs.control_clear_counters):

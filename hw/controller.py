@@ -149,7 +149,8 @@ class Controller(wiring.Component):
             m.d.comb += [tile.i_data.eq(lanes(request.data, index)),
                          tile.read_word.eq(control.read_words[copy]),
                          tile.forward_word.eq(control.forward_words[copy]),
-                         tile.fold_word.eq(control.fold_words[copy])]
+                         tile.fold_word.eq(control.fold_words[copy]),
+                         tile.late_word.eq(control.late_words[copy])]
 
         # Memory requests: the narrow part from the control plane, the line from the tiles.
         m.d.comb += [

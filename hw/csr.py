@@ -1,10 +1,11 @@
 """The CSR block, generated from the register map data (docs/design.md, "Register map")."""
 
-from amaranth.hdl import C, Module, Signal, Value
+from amaranth.hdl import C, Cat, Module, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.regmap import Access, RegisterMap
+from .lane_logic import kept_tree
 from .layouts import CSRBusSignature
 
 __all__ = ["CSRBlock", "field_port"]
@@ -88,10 +89,11 @@ class CSRBlock(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus, ports = self.bus, self.fields
-        # A read ORs every register's word gated by its own address match: two levels of
-        # logic after the comparators, where indexing a table by the address builds a mux
-        # tree over every word the address can reach (0 where no register is).
-        read = C(0, 32)
+        # A read ORs every register's bits gated by its own address match: a tree of
+        # kept four-input gates after the comparators (``kept_tree``), where indexing a
+        # table by the address builds a mux tree over every word the address can reach (0
+        # where no register is), and an OR left to synthesis a chain of LUTs.
+        readers = [[] for _ in range(32)]   # per bit: (register selected, the bit's value)
         for reg in self.regmap:
             selected = Signal(name=f"{reg.name.lower()}_selected")
             m.d.comb += selected.eq(bus.addr == reg.address)
@@ -125,10 +127,22 @@ class CSRBlock(wiring.Component):
                     value.append((f, port))
             if hasattr(ports, written_port(reg)):
                 m.d.sync += getattr(ports, written_port(reg)).eq(write)
-            word = C(0, 32)
             for f, v in value:
-                word = word | (Value.cast(v)[:f.width] << f.offset)[:32]
-            read = read | (word & selected.replicate(32))
+                for bit in range(min(f.width, 32 - f.offset)):
+                    if isinstance(v, int):   # a constant field: its ones read as the match
+                        if v >> bit & 1:
+                            readers[f.offset + bit].append((selected, C(1, 1)))
+                    else:
+                        readers[f.offset + bit].append((selected, Value.cast(v)[bit]))
+        read = Cat(kept_tree(m, [pair[0][0] & pair[0][1] | pair[1][0] & pair[1][1]
+                                 if len(pair) == 2 else pair[0][0] & pair[0][1]
+                                 for pair in _pairs(terms)], "any", f"read_{bit}")
+                   if terms else C(0, 1)
+                   for bit, terms in enumerate(readers))
         with m.If(bus.r_stb):
             m.d.sync += bus.r_data.eq(read)
         return m
+
+
+def _pairs(items):
+    return [items[i:i + 2] for i in range(0, len(items), 2)]

@@ -7,9 +7,10 @@ below, synthesis packs a lane's step and tests into a handful of LUT4s, and the 
 lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, outside.
 """
 
-from amaranth.hdl import C, Cat, Value
+from amaranth.hdl import C, Cat, Signal, Value
 
-__all__ = ["step", "carry_out", "widen", "readout_terms", "select_line", "read_line"]
+__all__ = ["step", "carry_out", "widen", "readout_terms", "select_line", "read_line",
+           "kept_tree"]
 
 
 def step(value, *, up, down):
@@ -77,3 +78,29 @@ def read_line(m, p_in, p_out, lines_by_readout):
     line, or a readout not listed, reads 0."""
     m.d.comb += p_out.readout.eq(select_line(readout_terms(p_in.readout, p_in.beat,
                                                            lines_by_readout)))
+
+
+def kept_tree(m, terms, op, name):
+    """``op`` (``"any"`` or ``"all"``) of ``terms``, each a function of at most four bits, as
+    a tree of four-input gates; every term and gate is a wire kept through synthesis.
+
+    Mapped for area, a wide reduction off the critical path (as ABC sees it, without the
+    routing) becomes a chain of LUTs, a level each: 16 terms took six levels where a tree
+    takes two. Kept wires are boundaries ABC maps to, so the tree is what it builds.
+    """
+    keep = {"keep": 1}
+    bits = []
+    for index, term in enumerate(terms):
+        leaf = Signal(name=f"{name}_{index}", attrs=keep)
+        m.d.comb += leaf.eq(term)
+        bits.append(leaf)
+    level = 0
+    while len(bits) > 1:
+        gates = []
+        for index in range(0, len(bits), 4):
+            gate = Signal(name=f"{name}_l{level}_{index // 4}", attrs=keep)
+            m.d.comb += gate.eq(getattr(Cat(bits[index:index + 4]), op)())
+            gates.append(gate)
+        bits, level = gates, level + 1
+    return bits[0]
+

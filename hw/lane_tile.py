@@ -6,7 +6,7 @@ every slot, the fold of both routes, the forwarding of writes still in flight, i
 of every readout line and its slices of the response and memory-request buffers. Lanes
 never talk to each other, so nothing wide crosses from one tile to the next; the control
 plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile the same
-thing through three registered control words.
+thing through four registered control words.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
@@ -21,8 +21,9 @@ from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
-           "most_readout_lines", "LOOP_LAYOUT", "READ_WORD_STAGE", "FORWARD_WORD_STAGE",
-           "FOLD_WORD_STAGE", "FOLD_STAGE", "WRITE_STAGE", "FLAGS_STAGE"]
+           "late_word_layout", "most_readout_lines", "LOOP_LAYOUT", "READ_WORD_STAGE",
+           "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE", "LATE_WORD_STAGE",
+           "WRITE_STAGE", "FLAGS_STAGE"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
 # control plane issues each word so that it is in the tile's own register at the stage
@@ -31,12 +32,16 @@ READ_WORD_STAGE = 3     #: the read word is in the tile's register; the slot row
 FORWARD_WORD_STAGE = 4  #: the forward word is in the tile's register
 FOLD_WORD_STAGE = 5     #: the fold word is in the tile's register
 FOLD_STAGE = 6          #: the lane groups fold (their copies of the fold word are loaded)
+LATE_WORD_STAGE = 6     #: the late word (what the status decides) is in the tile's register
 WRITE_STAGE = 7         #: the row is written back and the buffers take the tile's slices
 FLAGS_STAGE = 9         #: the fold's flags leave the tile (registered per lane, per group, per tile)
 
 # The block RAM's row passes its output register (READ_WORD_STAGE + 2) and one fabric register
 # before the fold, so no block RAM output sits on the fold's path.
 assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAGE
+# The late word's fields are used at the readout's selects (the cycle after the fold) and at
+# the write-back, so it can leave the control plane a cycle after the fold word.
+assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
 
 # Copies of a control register exist to cut its fan-out; synthesis must not merge them.
 KEEP = {"keep": 1}
@@ -71,26 +76,36 @@ def forward_word_layout():
 
 
 def fold_word_layout(*, max_workers, counter_bits, readout_lines):
-    """What a tile does with the row: fold, clear, write back, read out, buffer.
+    """What a tile does with the row: fold, clear, read out, buffer.
 
-    The readout's thresholds arrive computed (``majority`` from NUM_WORKERS,
-    ``gate_less_one`` from GATE), so no tile repeats that arithmetic.
+    Nothing in it waits on the request's status (whether a write is accepted, a slot
+    complete): a word folds or clears its row as if it will be written back, and the late
+    word (:func:`late_word_layout`) says a cycle later whether it is. The readout's
+    thresholds arrive computed (``majority`` from NUM_WORKERS, ``gate_less_one`` from
+    GATE), so no tile repeats that arithmetic.
     """
     return data.StructLayout({
-        "fold_gbinary": 1,    # add the line's votes (an accepted G-Binary write)
-        "fold_gternary": 1,   # add the line's codes (an accepted G-Ternary write)
-        "clear": 1,           # write an empty row (READ_CLEAR, or the clearing sweep)
-        "write_row": 1,       # write the result back
+        "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
+        "fold_gternary": 1,   # add the line's codes (a write to a G-Ternary window)
+        "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
         "from_last": 1,       # the previous word wrote this row: fold its result
         "capture": 1,         # keep this word's readout (not a later beat)
         "readout": Readout,   # the readout kind
         "majority": majority_layout(max_workers),
         "gate_less_one": unsigned(counter_bits + 1),
         "beat": range(max(2, readout_lines)),  # which readout line this word answers
-        "quiet": 1,           # answer with a zero line
         "push_response": 1,   # this word answers a beat
         "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
         "push_memory": 1,     # this word is a memory request (its line goes downstream)
+    })
+
+
+def late_word_layout():
+    """What the request's status decides, a cycle after the fold word: whether the row the
+    tile folded is written back, and whether the answer is a zero line."""
+    return data.StructLayout({
+        "write_row": 1,       # write the result back (an accepted write, a READ_CLEAR, a sweep)
+        "quiet": 1,           # answer with a zero line (a refusal, a write's answer)
     })
 
 
@@ -104,7 +119,7 @@ class LaneTile(wiring.Component):
     row or a result two to four words ahead) is chosen a cycle before the fold, into a
     fabric register, so the block RAM's output is one register hop from the fold.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
-    the read, forward and fold words one cycle before their stages (the control plane's
+    the read, forward, fold and late words one cycle before their stages (the control plane's
     registers); the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE`
     and written back, with the readout slice pushed into the response buffer, at
     :data:`WRITE_STAGE`.
@@ -140,7 +155,9 @@ class LaneTile(wiring.Component):
     read_word : ``In(read_word_layout(rows))``
     forward_word : ``In(forward_word_layout())``
     fold_word : ``In(fold_word_layout(...))``
-        From the control plane's registers, one per clock (all zero for no word).
+    late_word : ``In(late_word_layout())``
+        From the control plane's registers, one per clock (all zero for no word); the late
+        word a cycle after the fold word.
     pop_response, pop_memory : ``In(1)``
         The response or memory request at the head of the buffers leaves this cycle.
     i_mem_data : ``In(tile_lanes)``
@@ -152,7 +169,9 @@ class LaneTile(wiring.Component):
     saturated, invalid : ``Out(1)``
         Registered: a fold three cycles ago saturated a lane, or met an invalid code (the
         lanes' flags are registered, then ORed per group, then per tile), at
-        :data:`FLAGS_STAGE`.
+        :data:`FLAGS_STAGE`. A lane folds at most ``max_workers`` writes a slot (one a
+        worker), so only counters narrower than the default can saturate; with the default
+        width the engines leave saturation out and ``saturated`` is 0.
 
     Raises
     ------
@@ -179,6 +198,7 @@ class LaneTile(wiring.Component):
             "fold_word": In(fold_word_layout(max_workers=self.max_workers,
                                              counter_bits=self.counter_bits,
                                              readout_lines=self.readout_lines)),
+            "late_word": In(late_word_layout()),
             "pop_response": In(1),
             "pop_memory": In(1),
             "i_mem_data": In(self.tile_lanes),
@@ -213,10 +233,16 @@ class LaneTile(wiring.Component):
         for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
             row_at[stage] = Signal.like(read_word.row, name=f"row_{stage}", reset_less=True)
             m.d.sync += row_at[stage].eq(row_at[stage - 1])
-        # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers.
+        # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers. The late word
+        # comes a cycle after the fold word: the control plane registers the status before
+        # it sends it across the die.
         folding = Signal(fold_layout, name="tile_fold_word_folding", reset_less=True)
         late = Signal(fold_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
         m.d.sync += [folding.eq(fold_word), late.eq(folding)]
+        late_layout = self.late_word.shape()
+        status = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
+        status_late = Signal(late_layout, name="tile_late_word_late", reset_less=True)
+        m.d.sync += [status.eq(self.late_word), status_late.eq(status)]
 
         # The copies above carry no reset (it would reach every one of them). For the few
         # cycles a word formed before a reset needs to leave the tile, nothing it does may
@@ -245,11 +271,12 @@ class LaneTile(wiring.Component):
         m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
                      row_before_2.eq(row_before)]
         m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
-                     slots_wr.en.eq(late.write_row)]
+                     slots_wr.en.eq(status_late.write_row)]
 
         # The line's votes and codes, masked a cycle before the fold: a lane of a route that
         # does not fold sees a zero vote or code, so its engine passes the row through and
-        # neither a fold enable nor the route sits in the fold loop.
+        # neither a fold enable nor the route sits in the fold loop. A write that is refused
+        # folds too; its row is not written back, and the control plane drops its flags.
         votes = Signal(T, name="votes", reset_less=True)
         codes = Signal(T, name="codes", reset_less=True)
         m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
@@ -341,7 +368,7 @@ class LaneTile(wiring.Component):
             for index, (select, readout_line) in enumerate(
                     readout_terms(fold.readout, fold.beat, lines)):
                 chosen = Signal(name=f"g{g}_select_{index}", reset_less=True)
-                m.d.sync += chosen.eq(select & ~fold.quiet)
+                m.d.sync += chosen.eq(select & ~status.quiet)
                 terms.append((chosen, readout_line))
             response_line.append(select_line(terms))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
@@ -367,9 +394,11 @@ class LaneTile(wiring.Component):
         ``<name>_<role>``; returns the G-Binary and the G-Ternary engine."""
         built = {}
         for route, engine in ENGINES.items():
+            # Each worker's vote or code folds once per slot (the contribution bitmap), so a
+            # default-width counter never fills and the engines leave out saturation.
             built[route] = block = engine.component(
                 line_bits=self.group_lanes, max_workers=self.max_workers,
-                counter_bits=self.counter_bits)
+                counter_bits=self.counter_bits, max_contributions=self.max_workers)
             m.submodules[f"{name}_{engine.role}"] = block
             m.d.comb += [block.i.valid.eq(1), block.o.ready.eq(1)]
         return built[Route.GBINARY], built[Route.GTERNARY]

@@ -983,6 +983,51 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
     assert boards == [([1, 4, 5, 6], 3600.0, 4, f"board_t{TILE_LANES}_pinned4")]
 
 
+
+def test_gate_counts_and_the_board_run_beside_the_blocks(monkeypatch, tmp_path):
+    """Neither needs a block's result: while the blocks are placed and routed, the gate
+    counts and then the board build run on a thread of their own, and every result reaches
+    the report."""
+    from neuron_fabric.fpga import __main__ as cli
+    from neuron_fabric.fpga import gates
+
+    top_module = cli._factories(PRESETS["default"])[cli.TOP_ROLE][0]
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    board_started = threading.Event()
+    counted, blocks = [], []
+
+    def fake_measure(factory, module, work, **options):
+        if module != top_module:
+            # Run after the blocks, the board would never start while one waits here.
+            assert board_started.wait(timeout=30), "the board build waited for the blocks"
+            blocks.append(module)
+        return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
+
+    def fake_gates(design, *, module, work):
+        counted.append(module)
+        return {"nand2_eq": 4, "logic_nand2_eq": 2, "ff_nand2_eq": 2, "transistors": 16,
+                "flip_flops": 1, "cells": {}, "sram_bits": 0}
+
+    def fake_board(factory, **options):
+        assert len(counted) == len(cli._factories(PRESETS["default"])), "board before gates"
+        board_started.set()
+        return {"error": "not built here"}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    monkeypatch.setattr(gates, "count_gates", fake_gates)
+    monkeypatch.setattr(cli, "_build_board", fake_board)
+    monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: {})
+    written = []
+    monkeypatch.setattr(cli, "_finish",
+                        lambda out, report, what, command: written.append((what, report)))
+    assert cli.main(["ecp5", "--out", str(tmp_path)]) == 0
+    assert {"gates", "board"} <= {what for what, _ in written}
+    report = written[-1][1]["default"]
+    assert sorted(report["blocks"]) == sorted(role for role in cli._factories(PRESETS["default"])
+                                              if role != cli.TOP_ROLE)
+    assert len(blocks) == len(report["blocks"]) and len(report["gates"]) == len(counted)
+    assert report["board"] == {"error": "not built here"}
+
 def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(monkeypatch,
                                                                               tmp_path):
     """``--tile-lanes 32,64 --floorplan-rows 0,2``: the top once per width and floorplan, the
@@ -1173,15 +1218,17 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     groups = tiles * design.tile_lanes // design.group_lanes
     drivers = "%ci1:+$dff[Q] t:$dff %i"   # the flip-flops driving the wires selected
     selections, expected = {}, {}
-    for word in ("read_word", "forward_word", "fold_word"):
+    for word in ("read_word", "forward_word", "fold_word", "late_word"):
         for k in range(copies):
             selections[f"{word}_copy_{k}"] = f"w:*.{word}_{k} {drivers}"
             expected[f"{word}_copy_{k}"] = 1
     # Each tile's and each group's copies of the words they use past the block RAM's
-    # address (the tile's read word becomes the block RAM's address register).
-    for word in ("forward_word", "fold_word"):
+    # address (the tile's read word becomes the block RAM's address register); the late
+    # word has a copy per tile only.
+    for word in ("forward_word", "fold_word", "late_word"):
         selections[f"{word}_tiles"] = f"w:*.tile_{word} {drivers}"
         expected[f"{word}_tiles"] = tiles
+    for word in ("forward_word", "fold_word"):
         selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
         expected[f"{word}_groups"] = groups
     script = (f"read_rtlil top.il; hierarchy -top top; proc; flatten; {PREPARE}; "

@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import Const, Module, Signal
 from amaranth.sim import Simulator
 
-from neuron_fabric.hw.lane_logic import carry_out, step
+from neuron_fabric.hw.lane_logic import carry_out, kept_tree, step
 
 
 def evaluate(expression_of, inputs, widths):
@@ -46,3 +46,37 @@ def test_carry_out_is_the_adders_carry(carry_in):
 def test_carry_out_refuses_operands_of_different_widths():
     with pytest.raises(ValueError, match="carry_out operands must have equal widths, not 3 and 4"):
         carry_out(Const(0, 3), Const(0, 4))
+
+
+@pytest.mark.parametrize("terms", [1, 3, 4, 5, 16, 17])
+@pytest.mark.parametrize("op", ["any", "all"])
+def test_kept_tree_reduces_like_the_operator_in_levels_of_four(terms, op):
+    """Patterns of up to 17 terms (all zero, all one, each with one bit set or cleared, and
+    random ones) reduce as ``any``/``all`` would, through ceil(log4(terms)) levels of kept
+    gates over kept terms."""
+    import random
+    m = Module()
+    bits = Signal(terms)
+    out = Signal()
+    root = kept_tree(m, list(bits), op, "t")
+    m.d.comb += out.eq(root)
+    rng = random.Random(terms)
+    full = (1 << terms) - 1
+    patterns = {0, full, *(1 << i for i in range(terms)), *(full ^ (1 << i) for i in range(terms)),
+                *(rng.getrandbits(terms) for _ in range(32))}
+    got = {}
+
+    async def bench(ctx):
+        for pattern in sorted(patterns):
+            ctx.set(bits, pattern)
+            got[pattern] = ctx.get(out)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {p: int(p != 0) if op == "any" else int(p == full) for p in patterns}
+    levels = 0
+    while 4 ** levels < terms:
+        levels += 1
+    assert root.name == (f"t_l{levels - 1}_0" if levels else "t_0")
+    assert root.attrs["keep"] == 1
