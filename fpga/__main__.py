@@ -16,6 +16,7 @@ Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/re
 """
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
 import importlib.metadata
@@ -326,47 +327,57 @@ def cmd_ecp5(args):
         _finish(out, report, "ecp5", "ecp5")
     top = default["top"]
 
-    if not args.no_blocks:
-        for role, (module, factory) in factories.items():
-            if role == TOP_ROLE:
-                continue
-            _log(f"ecp5: block {role} ({module})")
-            default["blocks"][role] = _measure_block(
-                factory, module, work / role, grades=grades, seeds=seeds, args=args,
-                spare_seeds=spares)
-            _finish(out, report, "ecp5", "ecp5")
+    # The gate counts and the board build need nothing from the blocks, and run one tool at
+    # a time: they go on a thread of their own beside the blocks' place and route, so that
+    # no core waits idle while they finish. Results are stored and written under one lock.
+    lock = threading.Lock()
 
-    if not args.no_gates:
-        from .gates import count_gates
-        # Technology independent: memories are SRAM bits, counted apart.
-        for role, (module, factory) in factories.items():
-            _log(f"gates: {role} ({module})")
-            try:
-                default["gates"][role] = count_gates(factory(), module=module,
-                                                     work=work / "gates" / role)
-                g = default["gates"][role]
-                _log(f"gates: {role}: {g['nand2_eq']:,} NAND2 equivalents "
-                     f"({g['flip_flops']:,} flip-flops, {g['sram_bits']:,} memory bits apart)")
-            except ToolError as error:
-                default["gates"][role] = {"error": str(error)}
-                _log(f"gates: {role}: failed: {error}")
-        _finish(out, report, "gates", "ecp5")
+    def store(what, place, key, value):
+        with lock:
+            place[key] = value
+            _finish(out, report, what, "ecp5")
 
-    if not args.no_board and not args.quick:
-        target = _board_target(top, args.board_mhz)
-        module, factory = factories[TOP_ROLE]
-        rows = top["floorplan_rows"]
-        board = _build_board(factory, out=work / _top_folder("board", tile_lanes[0],
-                                                             floorplan_rows=rows),
-                             target_mhz=target, seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
-                             timeout=args.timeout or None, cached_only=args.cached_only,
-                             floorplan_rows=rows)
-        if board is not None:
-            default["board"] = board
-            _finish(out, report, "board", "ecp5")
-        elif (previous.get("board") and previous.get("name") == params.name
-                and previous.get("tile_lanes") == tile_lanes[0]):
-            default["board"] = previous["board"]  # from the cache only, and not in it
+    def gates_and_board():
+        if not args.no_gates:
+            from .gates import count_gates
+            # Technology independent: memories are SRAM bits, counted apart.
+            for role, (module, factory) in factories.items():
+                _log(f"gates: {role} ({module})")
+                try:
+                    g = count_gates(factory(), module=module, work=work / "gates" / role)
+                    _log(f"gates: {role}: {g['nand2_eq']:,} NAND2 equivalents "
+                         f"({g['flip_flops']:,} flip-flops, {g['sram_bits']:,} memory bits "
+                         f"apart)")
+                except ToolError as error:
+                    g = {"error": str(error)}
+                    _log(f"gates: {role}: failed: {error}")
+                store("gates", default["gates"], role, g)
+        if not args.no_board and not args.quick:
+            module, factory = factories[TOP_ROLE]
+            rows = top["floorplan_rows"]
+            board = _build_board(factory, out=work / _top_folder("board", tile_lanes[0],
+                                                                 floorplan_rows=rows),
+                                 target_mhz=_board_target(top, args.board_mhz),
+                                 seeds=[top_seeds[0], *spares[:BOARD_SPARES]],
+                                 timeout=args.timeout or None, cached_only=args.cached_only,
+                                 floorplan_rows=rows)
+            if board is None and (previous.get("board") and previous.get("name") == params.name
+                                  and previous.get("tile_lanes") == tile_lanes[0]):
+                board = previous["board"]  # from the cache only, and not in it
+            if board is not None:
+                store("board", default, "board", board)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as side:
+        beside = side.submit(gates_and_board)
+        if not args.no_blocks:
+            for role, (module, factory) in factories.items():
+                if role == TOP_ROLE:
+                    continue
+                _log(f"ecp5: block {role} ({module})")
+                store("ecp5", default["blocks"], role, _measure_block(
+                    factory, module, work / role, grades=grades, seeds=seeds, args=args,
+                    spare_seeds=spares))
+        beside.result()
 
     report["timing_model"] = _timing_model(params, _clocks_from(report), log=_log)
     _finish(out, report, "ecp5", "ecp5")
