@@ -17,9 +17,9 @@ from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
-from .lane_logic import kept_tree
+from .lane_logic import KEEP, kept_tree
 from .layouts import CSRBusSignature, readout_lines
-from .lane_tile import (FLAGS_STAGE, KEEP, Source, fold_word_layout, forward_word_layout,
+from .lane_tile import (FLAGS_STAGE, Source, fold_word_layout, forward_word_layout,
                         late_word_layout, most_readout_lines, read_word_layout)
 from .sign_count import majority_thresholds
 from .ternary_gate import gate_less_one
@@ -91,8 +91,8 @@ class ControlPlane(wiring.Component):
         The memory request at the head of the buffer.
     saturated, invalid : ``In(1)``
         The tiles' flags, ORed; each cycle's value belongs to one word's fold, at the tiles'
-        :data:`~.lane_tile.FLAGS_STAGE`. Only an accepted write's count (in INVALID_LINES) and
-        set the flags: a refused write folds in the tiles too, unwritten.
+        :data:`~.lane_tile.FLAGS_STAGE`. Only an accepted write's flags set ERRORS and count
+        in INVALID_LINES: a refused write folds in the tiles too, and is not written back.
     stalled : ``In(1)``
         An output is stalled this cycle (counted in STALL_CYCLES).
     """
@@ -394,7 +394,7 @@ class ControlPlane(wiring.Component):
         m.d.comb += [
             fold_word.fold_gbinary.eq(writes_window & gbinary),
             fold_word.fold_gternary.eq(writes_window & ~gbinary),
-            fold_word.clear.eq(request & s["claimed"] & is_read_clear | s["sweep"]),
+            fold_word.clear.eq((request & s["claimed"] & is_read_clear) | s["sweep"]),
             fold_word.from_last.eq(from_w1),
             fold_word.capture.eq(~s["beat_word"]),
             fold_word.readout.eq(s["readout"]),

@@ -134,15 +134,11 @@ class CSRBlock(wiring.Component):
                             readers[f.offset + bit].append((selected, C(1, 1)))
                     else:
                         readers[f.offset + bit].append((selected, Value.cast(v)[bit]))
-        read = Cat(kept_tree(m, [pair[0][0] & pair[0][1] | pair[1][0] & pair[1][1]
-                                 if len(pair) == 2 else pair[0][0] & pair[0][1]
-                                 for pair in _pairs(terms)], "any", f"read_{bit}")
+        # Two registers' bits to a leaf: four inputs, one LUT.
+        read = Cat(kept_tree(m, [Cat(s & v for s, v in terms[i:i + 2]).any()
+                                 for i in range(0, len(terms), 2)], "any", f"read_{bit}")
                    if terms else C(0, 1)
                    for bit, terms in enumerate(readers))
         with m.If(bus.r_stb):
             m.d.sync += bus.r_data.eq(read)
         return m
-
-
-def _pairs(items):
-    return [items[i:i + 2] for i in range(0, len(items), 2)]

@@ -9,8 +9,12 @@ lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, 
 
 from amaranth.hdl import C, Cat, Signal, Value
 
-__all__ = ["step", "carry_out", "widen", "readout_terms", "select_line", "read_line",
+__all__ = ["KEEP", "step", "carry_out", "widen", "readout_terms", "select_line", "read_line",
            "kept_tree"]
+
+#: The attribute that keeps a wire or a register through synthesis: copies of a register
+#: that cut its fan-out, and the gates of a :func:`kept_tree`.
+KEEP = {"keep": 1}
 
 
 def step(value, *, up, down):
@@ -86,21 +90,20 @@ def kept_tree(m, terms, op, name):
 
     Mapped for area, a wide reduction off the critical path (as ABC sees it, without the
     routing) becomes a chain of LUTs, a level each: 16 terms took six levels where a tree
-    takes two. Kept wires are boundaries ABC maps to, so the tree is what it builds.
+    takes two above the terms. Kept wires are boundaries ABC maps to, so the tree is what it
+    builds.
     """
-    keep = {"keep": 1}
     bits = []
     for index, term in enumerate(terms):
-        leaf = Signal(name=f"{name}_{index}", attrs=keep)
+        leaf = Signal(name=f"{name}_{index}", attrs=KEEP)
         m.d.comb += leaf.eq(term)
         bits.append(leaf)
     level = 0
     while len(bits) > 1:
         gates = []
         for index in range(0, len(bits), 4):
-            gate = Signal(name=f"{name}_l{level}_{index // 4}", attrs=keep)
+            gate = Signal(name=f"{name}_l{level}_{index // 4}", attrs=KEEP)
             m.d.comb += gate.eq(getattr(Cat(bits[index:index + 4]), op)())
             gates.append(gate)
         bits, level = gates, level + 1
     return bits[0]
-

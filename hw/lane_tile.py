@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits
 from .engines import ENGINES
-from .lane_logic import readout_terms, select_line
+from .lane_logic import KEEP, readout_terms, select_line
 from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout
 from .sign_count import majority_layout
 
@@ -42,9 +42,6 @@ assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAG
 # The late word's fields are used at the readout's selects (the cycle after the fold) and at
 # the write-back, so it can leave the control plane a cycle after the fold word.
 assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
-
-# Copies of a control register exist to cut its fan-out; synthesis must not merge them.
-KEEP = {"keep": 1}
 
 #: The fields of the fold loop, copied per pair of line bits.
 LOOP_LAYOUT = data.StructLayout({"from_last": 1, "clear": 1})
@@ -240,9 +237,9 @@ class LaneTile(wiring.Component):
         late = Signal(fold_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
         m.d.sync += [folding.eq(fold_word), late.eq(folding)]
         late_layout = self.late_word.shape()
-        status = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
-        status_late = Signal(late_layout, name="tile_late_word_late", reset_less=True)
-        m.d.sync += [status.eq(self.late_word), status_late.eq(status)]
+        late_word = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
+        late_word_writing = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
+        m.d.sync += [late_word.eq(self.late_word), late_word_writing.eq(late_word)]
 
         # The copies above carry no reset (it would reach every one of them). For the few
         # cycles a word formed before a reset needs to leave the tile, nothing it does may
@@ -271,7 +268,7 @@ class LaneTile(wiring.Component):
         m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
                      row_before_2.eq(row_before)]
         m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
-                     slots_wr.en.eq(status_late.write_row)]
+                     slots_wr.en.eq(late_word_writing.write_row)]
 
         # The line's votes and codes, masked a cycle before the fold: a lane of a route that
         # does not fold sees a zero vote or code, so its engine passes the row through and
@@ -368,7 +365,7 @@ class LaneTile(wiring.Component):
             for index, (select, readout_line) in enumerate(
                     readout_terms(fold.readout, fold.beat, lines)):
                 chosen = Signal(name=f"g{g}_select_{index}", reset_less=True)
-                m.d.sync += chosen.eq(select & ~status.quiet)
+                m.d.sync += chosen.eq(select & ~late_word.quiet)
                 terms.append((chosen, readout_line))
             response_line.append(select_line(terms))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),

@@ -167,7 +167,6 @@ def ternary_code(negative, positive):
     return Cat(negative | positive, negative)
 
 
-
 def lanes_saturate(max_contributions, *, limit):
     """Validate a lane engine's ``max_contributions`` (None, or an integer of at least 1) and
     say whether its lanes can saturate at ``limit`` (a count's or a sum's largest magnitude):

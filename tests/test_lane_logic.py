@@ -1,6 +1,7 @@
 """The gate-level lane helpers against integer arithmetic, exhaustively at small widths."""
 
 import itertools
+import random
 
 import pytest
 from amaranth.hdl import Const, Module, Signal
@@ -54,7 +55,6 @@ def test_kept_tree_reduces_like_the_operator_in_levels_of_four(terms, op):
     """Patterns of up to 17 terms (all zero, all one, each with one bit set or cleared, and
     random ones) reduce as ``any``/``all`` would, through ceil(log4(terms)) levels of kept
     gates over kept terms."""
-    import random
     m = Module()
     bits = Signal(terms)
     out = Signal()
