@@ -476,22 +476,25 @@ class ControlPlane(wiring.Component):
             self.o_mem.payload.eq(requests.r_data),
             requests.r_en.eq(self.o_mem.ready),
         ]
-        # Credits: a request reserves a response and a memory request when it is taken; a
-        # readout reserves its later lines a cycle later. The status stage hands back what
-        # a word will not use; a pop hands back what it used.
+        # Credits: a request's response lines and its memory request are counted from the word
+        # stage, where its line count is registered, so the window claim never reaches the
+        # counters; admission adds the requests of the two cycles before it (a request just
+        # taken is single-line, or ready would be low). The status stage hands back what a
+        # word will not use; a pop hands back what it used.
         response_used = Signal(range(D + 1))
         memory_used = Signal(range(D + 1))
+        word_lines = Mux(d["request"], d["lines"], 0)
         m.d.sync += [
-            response_used.eq(response_used + admit + Mux(q_multi, q_lines - 1, 0)
+            response_used.eq(response_used + word_lines
                              - (s["beat_word"] & ~readout_answered)
                              - (self.o_resp.valid & self.o_resp.ready)),
-            memory_used.eq(memory_used + admit - (request & ~to_memory)
+            memory_used.eq(memory_used + d["request"] - (request & ~to_memory)
                            - (self.o_mem.valid & self.o_mem.ready)),
         ]
+        has_room = ((response_used + word_lines + q_valid <= D - most_lines)
+                    & (memory_used + d["request"] + q_valid <= D - 1))
         clear_busy = clear_pending.any() | sweeping
-        m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2)
-                                        & (response_used <= D - most_lines)
-                                        & (memory_used <= D - 1))
+        m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2) & has_room)
 
         # ------------------------------------------------------------ flags and counters
         w1_request = Signal()

@@ -33,13 +33,15 @@ class Timing:
     ``idle``: chance that the requester holds back a request it has; ``backpressure``:
     chance that ``o_resp`` is not ready; ``mem_backpressure``: chance that ``o_mem`` is not
     ready; ``mem_latency``: the memory's read latency in cycles, drawn from ``[low, high]``;
-    ``response_stall``: cycles ``[start, stop)`` in which ``o_resp`` is never ready.
+    ``response_stall`` and ``memory_stall``: cycles ``[start, stop)`` in which ``o_resp`` or
+    ``o_mem`` is never ready.
     """
     idle: float = 0.0
     backpressure: float = 0.0
     mem_backpressure: float = 0.0
     mem_latency: tuple = (1, 1)
     response_stall: tuple = (0, 0)
+    memory_stall: tuple = (0, 0)
 
 
 @dataclasses.dataclass
@@ -124,7 +126,8 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=No
                 ctx.set(dut.i_req.payload, _payload(op, params))
             stalled = timing.response_stall[0] <= cycle < timing.response_stall[1]
             ctx.set(dut.o_resp.ready, not stalled and rng.random() >= timing.backpressure)
-            ctx.set(dut.o_mem.ready, rng.random() >= timing.mem_backpressure)
+            mem_stalled = timing.memory_stall[0] <= cycle < timing.memory_stall[1]
+            ctx.set(dut.o_mem.ready, not mem_stalled and rng.random() >= timing.mem_backpressure)
             mem_valid = bool(read_queue) and read_queue[0][0] <= cycle
             ctx.set(dut.i_mem.valid, mem_valid)
             if mem_valid:

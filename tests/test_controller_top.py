@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from neuron_fabric.golden.controller import Op, Request, Status
-from neuron_fabric.golden.formats import Readout, Route
+from neuron_fabric.golden.formats import Readout, Route, readout_lines_per_slot
 from neuron_fabric.golden.params import PRESETS, FabricParams
 from neuron_fabric.golden.regmap import register_map
 from neuron_fabric.hw.controller import LATENCY, Controller
@@ -73,6 +73,70 @@ def test_a_response_port_stalled_longer_than_the_buffer_loses_nothing():
     taken = [cycle for cycle in result.request_cycles if cycle < 200]
     assert 0 < len(taken) <= depth, f"{len(taken)} requests taken while o_resp was stalled"
     assert result.beat_cycles[0][0] >= 200
+
+
+def taken_before_refusal(lines, room):
+    """How many requests the credit rule takes in order while nothing drains: each is taken
+    while the lines already taken leave ``room`` for the longest readout."""
+    taken, used = 0, 0
+    for n in lines:
+        if used > room:
+            break
+        taken, used = taken + 1, used + n
+    return taken
+
+
+@pytest.mark.parametrize("readout", [Readout.COUNTS, Readout.TERNARY])
+def test_response_credits_fill_the_buffer_to_its_last_entry_and_no_further(readout):
+    """o_resp stalls while single-line writes come back to back, then a readout (the longest,
+    or one of two lines) and more writes: each is taken exactly while the buffer still holds
+    the longest readout, counting the requests of the two cycles before, and every response
+    comes out afterwards.
+
+    With 0 .. 3 writes in front of the slot's own, the readout is taken with room to
+    spare, taken into the buffer's last entries, or refused by one entry or by two; the
+    writes after it meet the edge with the readout one or two cycles ahead."""
+    regmap = register_map(SMALL)
+    depth = 8
+    most = readout_lines_per_slot(Readout.COUNTS, counter_bits=SMALL.counter_bits)
+    assert depth - most == SMALL.max_workers + 1
+    window = scenarios.Window(base=0, size=2, route=Route.GBINARY, readout=readout)
+    rng = np.random.default_rng(9)
+    for extra in range(4):
+        ops = scenarios.configure(regmap, windows=[window], num_workers=SMALL.max_workers)
+        requests = [Request(Op.WRITE, 1, w % SMALL.max_workers, rng.bytes(16))
+                    for w in range(extra)]
+        requests += [Request(Op.WRITE, 0, w, rng.bytes(16)) for w in range(SMALL.max_workers)]
+        requests += [Request(Op.READ_CLEAR, 0)] + [Request(Op.WRITE, 1, 0, rng.bytes(16))] * 3
+        result = run(ops + requests, params=SMALL, buffer_depth=depth, max_cycles=2_000,
+                     timing=Timing(response_stall=(0, 300)))
+        assert_matches_model(result, regmap)
+        lines = [len(r.lines) for r in result.expected]
+        assert lines[SMALL.max_workers + extra] == readout_lines_per_slot(
+            readout, counter_bits=SMALL.counter_bits)
+        taken = sum(cycle < 300 for cycle in result.request_cycles)
+        assert taken == taken_before_refusal(lines, depth - most), (
+            f"{extra} writes in front: {taken} requests taken while o_resp was stalled, "
+            f"the credit rule takes {taken_before_refusal(lines, depth - most)}")
+
+
+def test_memory_credits_fill_the_request_buffer_to_its_last_entry_and_no_further():
+    """o_mem stalls under FP32 writes offered back to back: exactly ``buffer_depth`` are
+    taken, and downstream memory loses none. From 16 entries the response buffer lets
+    them in on consecutive cycles, so the last credit is tested with writes taken one and
+    two cycles before it still on their way."""
+    regmap = register_map(SMALL)
+    rng = np.random.default_rng(11)
+    for depth in (4, 16, 24):
+        ops = scenarios.configure(regmap, windows=[], num_workers=SMALL.max_workers)
+        ops += [Request(Op.WRITE, 100 + i, 0, rng.bytes(16)) for i in range(2 * depth)]
+        result = run(ops, params=SMALL, buffer_depth=depth, max_cycles=2_000,
+                     timing=Timing(memory_stall=(0, 300)))
+        assert_matches_model(result, regmap)
+        taken = sum(cycle < 300 for cycle in result.request_cycles)
+        assert taken == depth, f"{taken} FP32 writes taken while o_mem was stalled, not {depth}"
+        if depth >= 16:
+            assert np.all(np.diff(result.request_cycles[:depth]) == 1), "not taken back to back"
 
 
 @pytest.mark.parametrize("route,readout", [(Route.GBINARY, Readout.COUNTS),
