@@ -17,7 +17,7 @@ from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
-from .lane_logic import KEEP, kept_tree
+from .lane_logic import KEEP, kept, kept_halves, kept_tree
 from .layouts import CSRBusSignature, readout_lines
 from .lane_tile import (FLAGS_STAGE, Source, fold_word_layout, forward_word_layout,
                         late_word_layout, most_readout_lines, read_word_layout)
@@ -142,8 +142,10 @@ class ControlPlane(wiring.Component):
             return getattr(regs, field_port(r, r.field(field)))
 
         num_workers = reg("NUM_WORKERS", "N")
-        complete_mask = Signal(MW)  # workers 0 .. N-1
-        m.d.comb += complete_mask.eq(Cat(num_workers > i for i in range(MW)))
+        # Workers 0 .. N-1, registered: NUM_WORKERS changes only between requests, and the
+        # comparisons with it would otherwise start every test of a bitmap.
+        complete_mask = Signal(MW, reset_less=True)
+        m.d.sync += complete_mask.eq(Cat(num_workers > i for i in range(MW)))
         workers_ok = (num_workers >= 1) & (num_workers <= MW)
 
         def lines_of(readout):
@@ -279,22 +281,33 @@ class ControlPlane(wiring.Component):
         m.d.sync += [s[key].eq(d[key]) for key in word_shape]
 
         # Writes still in flight, by distance: ``w1`` one word ahead of the status stage
-        # (stage 4), ``w2`` two words ahead (stage 5), ``w3`` three (stage 6).
+        # (stage 4), ``w2`` two words ahead (stage 5), ``w3`` three (stage 6). ``writes``: the
+        # word writes its row back; ``clears``: with an empty bitmap.
         w1_writes, w2_writes, w3_writes = Signal(), Signal(), Signal()
+        w1_clears, w2_clears, w3_clears = (Signal(name=f"w{k}_clears", reset_less=True)
+                                           for k in (1, 2, 3))
         w1_row, w2_row, w3_row = (Signal(range(rows), name=f"w{k}_row", reset_less=True)
                                   for k in (1, 2, 3))
+        w1_worker, w2_worker = (Signal(p.worker_bits, name=f"w{k}_worker", reset_less=True)
+                                for k in (1, 2))
         w1_bitmap, w2_bitmap, w3_bitmap = (Signal(MW, name=f"w{k}_bitmap", reset_less=True)
                                            for k in (1, 2, 3))
-        m.d.sync += [w2_writes.eq(w1_writes), w2_row.eq(w1_row), w2_bitmap.eq(w1_bitmap),
-                     w3_writes.eq(w2_writes), w3_row.eq(w2_row), w3_bitmap.eq(w2_bitmap)]
+        m.d.sync += [w2_writes.eq(w1_writes), w2_clears.eq(w1_clears), w2_row.eq(w1_row),
+                     w2_worker.eq(w1_worker), w2_bitmap.eq(w1_bitmap),
+                     w3_writes.eq(w2_writes), w3_clears.eq(w2_clears), w3_row.eq(w2_row),
+                     w3_bitmap.eq(w2_bitmap)]
         # Whether the word (in the word stage) has the row of the word one, two, three or four
         # words ahead of it: the writes two to four ahead choose the tiles' forwarding now;
-        # one to three ahead are registered for the status stage, so that it only combines.
+        # one to three ahead are registered for the status stage, so that it only combines,
+        # with whether they are the same worker's.
         has_row_of = [ahead == d["row"] for ahead in (s["row"], w1_row, w2_row, w3_row)]
-        same_row = Signal(3)
-        m.d.sync += same_row.eq(Cat(has_row_of[:3]))
-        from_w1, from_w2, from_w3 = (w1_writes & same_row[0], w2_writes & same_row[1],
-                                     w3_writes & same_row[2])
+        same_row, same_worker = Signal(3), Signal(3)
+        m.d.sync += [same_row.eq(Cat(has_row_of[:3])),
+                     same_worker.eq(Cat(ahead == d["worker"]
+                                        for ahead in (s["worker"], w1_worker, w2_worker)))]
+        from_w1, from_w2, from_w3 = (
+            kept(m, writes & same, f"from_w{k}")
+            for k, writes, same in zip((1, 2, 3), (w1_writes, w2_writes, w3_writes), same_row))
 
         # The tiles read the row (sent a cycle ago); a write two, three or four words ahead
         # of this word is not in their block RAM by then, so they take its result instead,
@@ -336,18 +349,40 @@ class ControlPlane(wiring.Component):
                      bad_worker.eq(d["worker"] >= num_workers),
                      full_mask.eq(complete_mask)]
 
-        def tests(bitmap, name):   # (the worker wrote the slot, every worker did)
-            wrote = [(bitmap[i:i + 2] & worker_bit[i:i + 2]).any() for i in range(0, MW, 2)]
-            done = [(bitmap[i:i + 2] | ~full_mask[i:i + 2]).all() for i in range(0, MW, 2)]
-            return Cat(kept_tree(m, wrote, "any", f"{name}_wrote"),
-                       kept_tree(m, done, "all", f"{name}_complete"))
+        # The two tests of the bitmap: the block RAM's read data, the farthest and latest of
+        # their inputs, meets the rest two gates before each result.
+        def wrote(bitmap):
+            return [(bitmap[i:i + 2] & worker_bit[i:i + 2]).any() for i in range(0, MW, 2)]
 
-        tested = tests(bitmap_read, "bitmap")
-        for hit, bitmap, name in ((from_w3, w3_bitmap, "w3"), (from_w2, w2_bitmap, "w2"),
-                                  (from_w1, w1_bitmap, "w1")):
-            tested = Mux(hit, tests(bitmap, name), tested)
-        duplicate, complete = Signal(), Signal()
-        m.d.comb += Cat(duplicate, complete).eq(tested)
+        def done(bitmap, mask):
+            return [(bitmap[i:i + 2] | ~mask[i:i + 2]).all() for i in range(0, MW, 2)]
+
+        # Whether the worker wrote the slot, asked of the writes in flight by worker number:
+        # a fold of the row by the same worker nearer than any clear of it; else, if none is
+        # cleared, the block RAM's bit.
+        folded_here, none_cleared = C(0, 1), C(1, 1)
+        for hit, clears, same in zip((from_w1, from_w2, from_w3),
+                                     (w1_clears, w2_clears, w3_clears), same_worker):
+            folded_here = folded_here | (none_cleared & hit & ~clears & same)
+            none_cleared = none_cleared & ~(hit & clears)
+        folded_here = kept(m, folded_here, "in_flight_wrote")
+        none_cleared = kept(m, none_cleared, "in_flight_none_cleared")
+        in_ram = kept_halves(m, wrote(bitmap_read), "any", "bitmap_wrote")
+        duplicate = kept(m, folded_here | (none_cleared & in_ram), "duplicate")
+        # Whether every worker did, a fact of a bitmap alone: the bitmaps that will be two and
+        # three words ahead of the word are tested as it enters the stage, against the mask it
+        # will use; the one a word ahead, now; the nearest write's answer is taken.
+        farther_complete = Signal(2, reset_less=True)
+        m.d.sync += farther_complete.eq(Cat(
+            kept_tree(m, done(bitmap, complete_mask), "all", f"w{k}_complete")
+            for k, bitmap in ((2, w1_bitmap), (3, w2_bitmap))))
+        farther = kept(m, Mux(from_w2, farther_complete[0], farther_complete[1]),
+                       "farther_complete")
+        nearest = kept_halves(m, done(w1_bitmap, full_mask), "all", "w1_complete")
+        in_flight_complete = kept(m, Mux(from_w1, nearest, farther), "in_flight_complete")
+        in_flight = kept(m, from_w1 | from_w2 | from_w3, "in_flight")
+        ram_complete = kept_halves(m, done(bitmap_read, full_mask), "all", "bitmap_complete")
+        complete = kept(m, Mux(in_flight, in_flight_complete, ram_complete), "complete")
         status = Signal(Shape.cast(Status))
         # The folds' flags come from the tiles; the rest are decided here.
         fold_flags = {flag for spec in ROUTE_SPECS.values() for flag in spec.flags}
@@ -433,7 +468,8 @@ class ControlPlane(wiring.Component):
                 m.d.comb += port.eq(copy)
 
         # ------------------------------------------------------------ 4. write-back
-        m.d.sync += [w1_writes.eq(writes_row), w1_row.eq(s["row"])]
+        m.d.sync += [w1_writes.eq(writes_row), w1_clears.eq(is_read_clear | s["sweep"]),
+                     w1_row.eq(s["row"]), w1_worker.eq(s["worker"])]
         # The new bitmap waits on no status: whether it is written (and forwarded) at all is
         # ``w1_writes``; a READ_CLEAR that empties the slot writes an empty bitmap.
         m.d.sync += w1_bitmap.eq(Mux(is_read_clear | s["sweep"], 0, bitmap_in | worker_bit))

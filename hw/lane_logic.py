@@ -10,7 +10,7 @@ lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, 
 from amaranth.hdl import C, Cat, Signal, Value
 
 __all__ = ["KEEP", "step", "carry_out", "widen", "readout_terms", "select_line", "read_line",
-           "kept_tree"]
+           "kept_tree", "kept_halves", "kept"]
 
 #: The attribute that keeps a wire or a register through synthesis: copies of a register
 #: that cut its fan-out, and the gates of a :func:`kept_tree`.
@@ -107,3 +107,20 @@ def kept_tree(m, terms, op, name):
             gates.append(gate)
         bits, level = gates, level + 1
     return bits[0]
+
+
+def kept_halves(m, terms, op, name):
+    """``op`` of ``terms`` as :func:`kept_tree` builds it but for its root: the two subtrees
+    over each half are kept, and the value returned joins them, so that the caller's own
+    gate can take the root's place and join other bits in the same level."""
+    half = (len(terms) + 1) // 2
+    parts = [kept_tree(m, chunk, op, f"{name}_{side}")
+             for side, chunk in (("a", terms[:half]), ("b", terms[half:])) if chunk]
+    return getattr(Cat(parts), op)()
+
+
+def kept(m, value, name):
+    """``value`` on a one-bit wire kept through synthesis, a boundary ABC maps to."""
+    wire = Signal(name=name, attrs=KEEP)
+    m.d.comb += wire.eq(value)
+    return wire

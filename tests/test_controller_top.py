@@ -139,6 +139,33 @@ def test_memory_credits_fill_the_request_buffer_to_its_last_entry_and_no_further
             assert np.all(np.diff(result.request_cycles[:depth]) == 1), "not taken back to back"
 
 
+def test_a_worker_writes_a_slot_again_while_its_clear_is_in_flight():
+    """A slot's last writer writes it again 1 to 4 words after its READ_CLEAR, while the clear
+    is still on its way to the block RAM (or just there): the write is accepted, not a
+    duplicate, whether the worker's bit comes from the block RAM or from a write in flight."""
+    params = FabricParams(line_bits=128, max_workers=4, depth=8, num_windows=1)
+    regmap = register_map(params)
+    rng = np.random.default_rng(12)
+    # A one-line readout, so that the write again can follow the READ_CLEAR directly.
+    window = scenarios.Window(base=0, size=8, route=Route.GBINARY, readout=Readout.SIGN)
+    ops = scenarios.configure(regmap, windows=[window], num_workers=params.max_workers)
+    again = []
+    for gap in range(4):       # words between the clear and the write again
+        for spread in (0, 4):  # the slot's writes back to back, or apart
+            for worker in range(params.max_workers):
+                ops.append(Request(Op.WRITE, 0, worker, rng.bytes(16)))
+                ops += [Request(Op.WRITE, 1 + i, worker, rng.bytes(16)) for i in range(spread)]
+            ops.append(Request(Op.READ_CLEAR, 0))
+            ops += [Request(Op.WRITE, 5 + i, 0, rng.bytes(16)) for i in range(gap)]
+            again.append(len([op for op in ops if isinstance(op, Request)]))
+            ops.append(Request(Op.WRITE, 0, params.max_workers - 1, rng.bytes(16)))
+            ops += [Request(Op.WRITE, 0, w, rng.bytes(16)) for w in range(params.max_workers - 1)]
+            ops.append(Request(Op.READ_CLEAR, 0))
+    result = run(ops, params=params, seed=12)
+    assert_matches_model(result, regmap)
+    assert all(result.expected[i].status is Status.OK for i in again)
+
+
 @pytest.mark.parametrize("route,readout", [(Route.GBINARY, Readout.COUNTS),
                                            (Route.GTERNARY, Readout.SUMS)])
 def test_writes_to_one_slot_at_every_in_flight_distance(route, readout):
