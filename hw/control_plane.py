@@ -367,7 +367,7 @@ class ControlPlane(wiring.Component):
             none_cleared = none_cleared & ~(hit & clears)
         folded_here = kept(m, folded_here, "in_flight_wrote")
         none_cleared = kept(m, none_cleared, "in_flight_none_cleared")
-        in_ram = kept_halves(m, wrote(bitmap_read), "any", "bitmap_wrote")
+        in_ram = Cat(kept_halves(m, wrote(bitmap_read), "any", "bitmap_wrote")).any()
         duplicate = kept(m, folded_here | (none_cleared & in_ram), "duplicate")
         # Whether every worker did, a fact of a bitmap alone: the bitmaps that will be two and
         # three words ahead of the word are tested as it enters the stage, against the mask it
@@ -378,10 +378,11 @@ class ControlPlane(wiring.Component):
             for k, bitmap in ((2, w1_bitmap), (3, w2_bitmap))))
         farther = kept(m, Mux(from_w2, farther_complete[0], farther_complete[1]),
                        "farther_complete")
-        nearest = kept_halves(m, done(w1_bitmap, full_mask), "all", "w1_complete")
+        nearest = Cat(kept_halves(m, done(w1_bitmap, full_mask), "all", "w1_complete")).all()
         in_flight_complete = kept(m, Mux(from_w1, nearest, farther), "in_flight_complete")
         in_flight = kept(m, from_w1 | from_w2 | from_w3, "in_flight")
-        ram_complete = kept_halves(m, done(bitmap_read, full_mask), "all", "bitmap_complete")
+        ram_complete = Cat(kept_halves(m, done(bitmap_read, full_mask), "all",
+                                        "bitmap_complete")).all()
         complete = kept(m, Mux(in_flight, in_flight_complete, ram_complete), "complete")
         status = Signal(Shape.cast(Status))
         # The folds' flags come from the tiles; the rest are decided here.

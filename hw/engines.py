@@ -29,8 +29,8 @@ class Engine:
         the suffix of its submodules in a lane tile.
     component : type
         The :class:`~amaranth.lib.wiring.Component`; it takes ``line_bits``, ``max_workers``,
-        ``counter_bits`` and ``max_contributions`` and has ``i``/``o`` streams whose ``readout`` field is a
-        :class:`~neuron_fabric.golden.formats.Readout`.
+        ``counter_bits`` and ``max_contributions`` and has ``i``/``o`` streams whose
+        ``readout`` field is a :class:`~neuron_fabric.golden.formats.Readout`.
     lines : callable
         ``{Readout: [line, ...]}`` of the route's readouts from the engine's readout inputs:
         every readout of the route's spec is listed.

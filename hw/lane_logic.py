@@ -18,7 +18,8 @@ KEEP = {"keep": 1}
 
 
 def step(value, *, up, down):
-    """``value + 1`` where ``up``, ``value - 1`` where ``down`` (never both), in ``len(value)`` bits.
+    """``value + 1`` where ``up``, ``value - 1`` where ``down`` (never both), in
+    ``len(value)`` bits.
 
     Bit ``k`` toggles when every lower bit is 1 (counting up) or 0 (counting down). Wraps
     like an adder of the same width; the engines keep ``up`` and ``down`` low at their limits.
@@ -93,30 +94,22 @@ def kept_tree(m, terms, op, name):
     takes two above the terms. Kept wires are boundaries ABC maps to, so the tree is what it
     builds.
     """
-    bits = []
-    for index, term in enumerate(terms):
-        leaf = Signal(name=f"{name}_{index}", attrs=KEEP)
-        m.d.comb += leaf.eq(term)
-        bits.append(leaf)
+    bits = [kept(m, term, f"{name}_{index}") for index, term in enumerate(terms)]
     level = 0
     while len(bits) > 1:
-        gates = []
-        for index in range(0, len(bits), 4):
-            gate = Signal(name=f"{name}_l{level}_{index // 4}", attrs=KEEP)
-            m.d.comb += gate.eq(getattr(Cat(bits[index:index + 4]), op)())
-            gates.append(gate)
-        bits, level = gates, level + 1
+        bits = [kept(m, getattr(Cat(bits[index:index + 4]), op)(), f"{name}_l{level}_{index // 4}")
+                for index in range(0, len(bits), 4)]
+        level += 1
     return bits[0]
 
 
 def kept_halves(m, terms, op, name):
-    """``op`` of ``terms`` as :func:`kept_tree` builds it but for its root: the two subtrees
-    over each half are kept, and the value returned joins them, so that the caller's own
-    gate can take the root's place and join other bits in the same level."""
+    """:func:`kept_tree` of each half of ``terms`` (one tree when there is one term): the
+    tree but for its root, so that the caller's own gate can join the halves and other bits
+    in the root's level."""
     half = (len(terms) + 1) // 2
-    parts = [kept_tree(m, chunk, op, f"{name}_{side}")
-             for side, chunk in (("a", terms[:half]), ("b", terms[half:])) if chunk]
-    return getattr(Cat(parts), op)()
+    return [kept_tree(m, chunk, op, f"{name}_{side}")
+            for side, chunk in (("a", terms[:half]), ("b", terms[half:])) if chunk]
 
 
 def kept(m, value, name):
