@@ -62,7 +62,9 @@ class ControlPlane(wiring.Component):
        (nothing in it waits on the status);
     4. the bitmap is written back; flags and counters count the word; the late word (what
        the status decides), registered here first, leaves;
-    7. the word's response and memory request enter the buffers, with the tiles' slices.
+    6. the word's response and memory request enter the buffers, whose heads are
+       registered, so they reach the outputs with the tiles' slices, which enter the tiles'
+       buffers at stage 7.
 
     **Admission**: by credits. ``i_req.ready`` is high while the response and memory
     buffers have room for everything in flight and the longest readout; a readout of ``k``
@@ -341,16 +343,36 @@ class ControlPlane(wiring.Component):
         is_write = s["op"] == Op.WRITE
         is_read_clear = s["op"] == Op.READ_CLEAR
         # What the status needs besides the bitmap is worked out as the word enters the
-        # stage; the bitmap's two tests are made on each source at once, then chosen.
+        # stage: a refusal the request alone decides, or which of the bitmap's two tests
+        # decides it. The stage then only meets the tests' answers with these.
         worker_bit = Signal(MW, reset_less=True)
-        bad_worker = Signal(reset_less=True)
         full_mask = Signal(MW, reset_less=True)
         m.d.sync += [worker_bit.eq(Cat(d["worker"] == i for i in range(MW))),
-                     bad_worker.eq(d["worker"] >= num_workers),
                      full_mask.eq(complete_mask)]
+        decided_status = Signal(Shape.cast(Status), reset_less=True)  # OK when a test decides
+        decided_flags = Signal(2, reset_less=True)                    # BAD_REQUEST, BAD_CONFIG
+        asks_duplicate = Signal()   # a request to write a window: refused if a duplicate
+        asks_complete = Signal()    # a request to read a window: refused unless complete
+        asks_read_clear = Signal()  # ... and to clear it
+        d_read_clear = d["op"] == Op.READ_CLEAR
+        m.d.sync += [asks_duplicate.eq(0), asks_complete.eq(0), asks_read_clear.eq(0)]
+        with m.If(~d["claimed"]):
+            m.d.sync += [decided_status.eq(Mux(d_read_clear, Status.BAD_REQUEST, Status.OK)),
+                         decided_flags.eq(Cat(d_read_clear, 0))]
+        with m.Elif(~d["config_ok"]):
+            m.d.sync += [decided_status.eq(Status.BAD_REQUEST), decided_flags.eq(0b10)]
+        with m.Elif(d["op"] == Op.WRITE):
+            bad_worker = d["worker"] >= num_workers
+            m.d.sync += [decided_status.eq(Mux(bad_worker, Status.BAD_REQUEST, Status.OK)),
+                         decided_flags.eq(Cat(bad_worker, 0)),
+                         asks_duplicate.eq(d["request"] & ~bad_worker)]
+        with m.Else():
+            m.d.sync += [decided_status.eq(Status.OK), decided_flags.eq(0),
+                         asks_complete.eq(d["request"]),
+                         asks_read_clear.eq(d["request"] & d_read_clear)]
 
         # The two tests of the bitmap: the block RAM's read data, the farthest and latest of
-        # their inputs, meets the rest two gates before each result.
+        # their inputs, meets the rest in the last two gates before each answer.
         def wrote(bitmap):
             return [(bitmap[i:i + 2] & worker_bit[i:i + 2]).any() for i in range(0, MW, 2)]
 
@@ -365,10 +387,12 @@ class ControlPlane(wiring.Component):
                                      (w1_clears, w2_clears, w3_clears), same_worker):
             folded_here = folded_here | (none_cleared & hit & ~clears & same)
             none_cleared = none_cleared & ~(hit & clears)
-        folded_here = kept(m, folded_here, "in_flight_wrote")
-        none_cleared = kept(m, none_cleared, "in_flight_none_cleared")
-        in_ram = Cat(kept_halves(m, wrote(bitmap_read), "any", "bitmap_wrote")).any()
-        duplicate = kept(m, folded_here | (none_cleared & in_ram), "duplicate")
+        # The tests are asked only where they decide, and the block RAM's halves meet the
+        # rest in the answer's own gate.
+        folded_here = kept(m, asks_duplicate & folded_here, "in_flight_wrote")
+        ram_decides_duplicate = kept(m, asks_duplicate & none_cleared, "ram_decides_duplicate")
+        is_duplicate = kept(m, folded_here | (ram_decides_duplicate & Cat(
+            kept_halves(m, wrote(bitmap_read), "any", "bitmap_wrote")).any()), "is_duplicate")
         # Whether every worker did, a fact of a bitmap alone: the bitmaps that will be two and
         # three words ahead of the word are tested as it enters the stage, against the mask it
         # will use; the one a word ahead, now; the nearest write's answer is taken.
@@ -379,42 +403,30 @@ class ControlPlane(wiring.Component):
         farther = kept(m, Mux(from_w2, farther_complete[0], farther_complete[1]),
                        "farther_complete")
         nearest = Cat(kept_halves(m, done(w1_bitmap, full_mask), "all", "w1_complete")).all()
-        in_flight_complete = kept(m, Mux(from_w1, nearest, farther), "in_flight_complete")
         in_flight = kept(m, from_w1 | from_w2 | from_w3, "in_flight")
-        ram_complete = Cat(kept_halves(m, done(bitmap_read, full_mask), "all",
-                                        "bitmap_complete")).all()
-        complete = kept(m, Mux(in_flight, in_flight_complete, ram_complete), "complete")
+        in_flight_not_ready = kept(m, asks_complete & in_flight & ~Mux(from_w1, nearest, farther),
+                                   "in_flight_not_ready")
+        ram_decides_complete = kept(m, asks_complete & ~in_flight, "ram_decides_complete")
+        not_ready = kept(m, in_flight_not_ready | (ram_decides_complete & ~Cat(
+            kept_halves(m, done(bitmap_read, full_mask), "all", "bitmap_complete")).all()),
+            "not_ready")
+        # The status: the tests' answers join the decided part (OK whenever a test decides;
+        # OK is 0, NOT_READY 1, DUPLICATE 2, BAD_REQUEST 3).
         status = Signal(Shape.cast(Status))
+        m.d.comb += status.eq(decided_status | Cat(not_ready, is_duplicate))
         # The folds' flags come from the tiles; the rest are decided here.
         fold_flags = {flag for spec in ROUTE_SPECS.values() for flag in spec.flags}
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS
                  if flag not in fold_flags}
-        accepted = Signal()        # a write to be folded
-        with m.If(~s["claimed"]):
-            with m.If(is_read_clear):
-                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
-            with m.Else():
-                m.d.comb += status.eq(Status.OK)
-        with m.Elif(~s["config_ok"]):
-            m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_CONFIG"].eq(1)]
-        with m.Elif(is_write):
-            with m.If(bad_worker):
-                m.d.comb += [status.eq(Status.BAD_REQUEST), flags["BAD_REQUEST"].eq(1)]
-            with m.Elif(duplicate):
-                m.d.comb += [status.eq(Status.DUPLICATE), flags["DUPLICATE"].eq(1)]
-            with m.Else():
-                m.d.comb += [status.eq(Status.OK), accepted.eq(1)]
-        with m.Elif(~complete):
-            m.d.comb += [status.eq(Status.NOT_READY), flags["NOT_READY"].eq(1)]
-        with m.Else():
-            m.d.comb += status.eq(Status.OK)
+        m.d.comb += [flags["BAD_REQUEST"].eq(decided_flags[0]),
+                     flags["BAD_CONFIG"].eq(decided_flags[1]),
+                     flags["DUPLICATE"].eq(is_duplicate), flags["NOT_READY"].eq(not_ready)]
 
         request = s["request"]
-        ok = status == Status.OK
         to_memory = ~s["claimed"] & (s["op"] != Op.READ_CLEAR)
-        fold = request & accepted
-        read_clears = request & s["claimed"] & s["config_ok"] & is_read_clear & ok
-        answers_readout = request & s["claimed"] & ~is_write & ok
+        fold = asks_duplicate & ~is_duplicate       # an accepted write
+        answers_readout = asks_complete & ~not_ready
+        read_clears = asks_read_clear & ~not_ready
         # A readout's later lines answer only when its first did.
         readout_answered = Signal()
         with m.If(request):
@@ -477,12 +489,13 @@ class ControlPlane(wiring.Component):
         m.d.comb += [bitmaps_wr.addr.eq(w1_row), bitmaps_wr.data.eq(w1_bitmap),
                      bitmaps_wr.en.eq(w1_writes)]
 
-        # The narrow part of the word's response and memory request, delayed to meet the
-        # tiles' slices at the buffers (stage 7).
+        # The narrow part of the word's response and memory request, delayed to enter the
+        # buffers at stage 6: a buffer's head is registered, a cycle behind the tiles' heads,
+        # so the two meet at the outputs.
         entry = data.StructLayout({
             "push_response": 1, "push_memory": 1,
             "response": response_control_layout(), "memory": memory_control_layout()})
-        entries = [Signal(entry, name=f"entry_{stage}") for stage in (4, 5, 6, 7)]
+        entries = [Signal(entry, name=f"entry_{stage}") for stage in (4, 5, 6)]
         m.d.sync += [
             entries[0].push_response.eq(request | beat_answers),
             entries[0].push_memory.eq(request & to_memory),
@@ -496,10 +509,13 @@ class ControlPlane(wiring.Component):
         m.d.sync += [later.eq(earlier) for earlier, later in zip(entries, entries[1:])]
         at_buffers = entries[-1]
 
-        # ------------------------------------------------------------ 7. buffers and credits
-        m.submodules.responses = responses = fifo.SyncFIFO(
+        # ------------------------------------------------------------ 6. buffers and credits
+        # Registered heads: whether an output is valid, and whether its response waits for
+        # the memory's data or its request for room for a read, leave flip-flops, so the pops
+        # the outputs decide are a gate or two from registers before they cross to the tiles.
+        m.submodules.responses = responses = fifo.SyncFIFOBuffered(
             width=response_control_layout().size, depth=D)
-        m.submodules.requests = requests = fifo.SyncFIFO(
+        m.submodules.requests = requests = fifo.SyncFIFOBuffered(
             width=memory_control_layout().size, depth=D)
         m.d.comb += [
             responses.w_en.eq(at_buffers.push_response),
@@ -540,9 +556,9 @@ class ControlPlane(wiring.Component):
                for spec in ROUTE_SPECS.values()},
             "FP32_LINES": to_memory,
             "RESPONSES": 1,
-            "NOT_READY_COUNT": status == Status.NOT_READY,
-            "DUPLICATE_COUNT": status == Status.DUPLICATE,
-            "BAD_REQUEST_COUNT": status == Status.BAD_REQUEST,
+            "NOT_READY_COUNT": not_ready,
+            "DUPLICATE_COUNT": is_duplicate,
+            "BAD_REQUEST_COUNT": decided_status == Status.BAD_REQUEST,
         }
         names = tuple(events)
         w1_events = Signal(len(names))

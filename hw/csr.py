@@ -38,8 +38,9 @@ class CSRBlock(wiring.Component):
     the cycle after a write to it, for side effects (a window write empties the window).
 
     The bus (``bus``, :class:`~.layouts.CSRBusSignature`) never waits: a read returns data
-    the cycle after ``r_stb``; a write takes effect at the clock edge of ``w_stb``. Byte
-    addresses that are not a register read 0 and ignore writes.
+    two cycles after ``r_stb`` (the register's value the cycle after it), one read per
+    cycle; a write takes effect at the clock edge of ``w_stb``. Byte addresses that are not
+    a register read 0 and ignore writes.
 
     Parameters
     ----------
@@ -89,15 +90,20 @@ class CSRBlock(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus, ports = self.bus, self.fields
-        # A read ORs every register's bits gated by its own address match: a tree of
-        # kept four-input gates after the comparators (``kept_tree``), where indexing a
-        # table by the address builds a mux tree over every word the address can reach (0
-        # where no register is), and an OR left to synthesis a chain of LUTs.
+        # A read takes two cycles: the first registers each register's address match, the
+        # second ORs every register's bits gated by its match, a tree of kept four-input
+        # gates (``kept_tree``). The address's decode and the OR would not fit one cycle
+        # (the registers sit all over the controller); indexing a table by the address would
+        # build a mux tree over every word the address can reach (0 where no register is),
+        # and an OR left to synthesis a chain of LUTs.
         readers = [[] for _ in range(32)]   # per bit: (register selected, the bit's value)
+        reading = Signal()
+        m.d.sync += reading.eq(bus.r_stb)
         for reg in self.regmap:
-            selected = Signal(name=f"{reg.name.lower()}_selected")
-            m.d.comb += selected.eq(bus.addr == reg.address)
-            write = bus.w_stb & selected
+            addressed = bus.addr == reg.address
+            selected = Signal(name=f"{reg.name.lower()}_read")
+            m.d.sync += selected.eq(bus.r_stb & addressed)
+            write = bus.w_stb & addressed
             value = []  # (field, signal) pairs the register reads
             for f in reg.fields:
                 port = getattr(ports, field_port(reg, f), None)
@@ -139,6 +145,6 @@ class CSRBlock(wiring.Component):
                                  for i in range(0, len(terms), 2)], "any", f"read_{bit}")
                    if terms else C(0, 1)
                    for bit, terms in enumerate(readers))
-        with m.If(bus.r_stb):
+        with m.If(reading):
             m.d.sync += bus.r_data.eq(read)
         return m

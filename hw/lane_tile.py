@@ -14,10 +14,11 @@ from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.formats import Readout, Route, check_counter_bits
+from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from .engines import ENGINES
 from .lane_logic import KEEP, readout_terms, select_line
-from .layouts import check_hw_max_workers, count_layout, max_readout_lines, sum_layout
+from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
+                      sum_layout)
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
@@ -113,8 +114,9 @@ class LaneTile(wiring.Component):
     writes to one slot fold at II = 1: a write still in flight (one to four words ahead)
     is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice sits
     in the fold loop (the previous word's result or the rest); the rest (the block RAM's
-    row or a result two to four words ahead) is chosen a cycle before the fold, into a
-    fabric register, so the block RAM's output is one register hop from the fold.
+    row or a result two to four words ahead) is chosen a cycle before the fold, into two
+    fabric registers whose OR the loop's choice takes, so the block RAM's output is one
+    register hop from the fold.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
     the read, forward, fold and late words one cycle before their stages (the control plane's
     registers); the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE`
@@ -263,7 +265,9 @@ class LaneTile(wiring.Component):
         row_new = Signal(row_bits, reset_less=True)        # the fold's result, written back
         row_before = Signal(row_bits, reset_less=True)     # the result one word earlier
         row_before_2 = Signal(row_bits, reset_less=True)   # the result two words earlier
-        row_chosen = Signal(row_bits, reset_less=True)     # chosen a cycle before the fold
+        # Chosen a cycle before the fold, as two halves, each 0 unless it holds the source:
+        row_near = Signal(row_bits, reset_less=True)       # the block RAM's, or two ahead
+        row_far = Signal(row_bits, reset_less=True)        # three or four words ahead
         m.d.comb += [slots_rd.addr.eq(row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
         m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
                      row_before_2.eq(row_before)]
@@ -278,6 +282,10 @@ class LaneTile(wiring.Component):
         codes = Signal(T, name="codes", reset_less=True)
         m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
                      codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
+        # Where no lane can saturate, each pair of line bits folds with one adder over its
+        # part of the row (see ``_pair_addend``); its addend is worked out here, a cycle early.
+        adds = self._fold_adds(m, line[FOLD_STAGE - 1], fold_word) if not self.saturates \
+            else None
 
         # ------------------------------------------------------------ lane groups
         # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
@@ -292,13 +300,19 @@ class LaneTile(wiring.Component):
             fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
             m.d.sync += [forward.eq(forward_word), fold.eq(fold_word)]
 
-            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
-            # results two, three and four words ahead (one 4:1 choice, into a fabric
-            # register); the fold then takes the previous word's result or that choice.
+            # Forwarding. Cycle FOLD_STAGE - 1 chooses among the block RAM's row and the
+            # results two, three and four words ahead into two registers, one for each pair
+            # of sources, the other left 0: a four-input gate per bit each, where one 4:1
+            # choice takes three. The fold then takes the previous word's result or the OR
+            # of the two, and the OR costs no gate: the loop's 2:1 choice has four inputs.
             source = forward.source
-            m.d.sync += row_chosen[low:high].eq(
-                Mux(source[1], Mux(source[0], row_before_2[low:high], row_before[low:high]),
-                    Mux(source[0], row_new[low:high], row_read[low:high])))
+            lanes = slice(low, high)
+            m.d.sync += [
+                row_near[lanes].eq(Mux(source[1], 0, Mux(source[0], row_new[lanes],
+                                                         row_read[lanes]))),
+                row_far[lanes].eq(Mux(source[1], Mux(source[0], row_before_2[lanes],
+                                                     row_before[lanes]), 0)),
+            ]
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
@@ -310,17 +324,25 @@ class LaneTile(wiring.Component):
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.clear.eq(fold_word.clear)]
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
-                row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
-                pair_counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
-                pair_sums = terns.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
-                # Each engine changes the row only when its route folds, so the result is the
-                # row with both engines' changes (a G-Ternary row's upper bits stay 0). A
-                # clear is the flip-flops' synchronous reset, not a mux level in the loop.
+                row_in.append(Mux(control.from_last, row_new[bits],
+                                  row_near[bits] | row_far[bits]))
+                if adds is not None:
+                    # One adder, a carry chain: the pair's line bits as two G-Binary lanes
+                    # or one G-Ternary lane are each just an addend.
+                    lane = (g * G) // 2 + pair
+                    result = (row_in[-1] + _pair_addend(*(a[lane] for a in adds), CW))[:2 * CW]
+                else:
+                    # Each engine changes the row only when its route folds, so the result
+                    # is the row with both engines' changes (a G-Ternary row's upper bits
+                    # stay 0); the engines hold a lane that is full.
+                    counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
+                    sums = terns.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
+                    result = counts ^ _row_of_sums(sums ^ row_in[-1][:CW + 1], CW)
+                # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
                 with m.If(control.clear):
                     m.d.sync += row_new[bits].eq(0)
                 with m.Else():
-                    m.d.sync += row_new[bits].eq(
-                        pair_counts ^ _row_of_sums(pair_sums ^ row_in[-1][:CW + 1], CW))
+                    m.d.sync += row_new[bits].eq(result)
             row_in = Cat(row_in)
             m.d.comb += [
                 signs.i.payload.counts.eq(row_in),
@@ -342,19 +364,20 @@ class LaneTile(wiring.Component):
             # Readout: the comparisons with the majority and the gate are made as the row
             # is folded (by the fold engines, on the same row) and kept with the row; the
             # next cycle only chooses the beat's line among the kept bits, with selects
-            # decoded a cycle ahead.
+            # decoded a cycle ahead. The not-a-tie line is kept as its two comparisons and
+            # ORed there, a gate off the fold cycle's deepest path.
             m.d.comb += [signs.i.payload.majority.eq(fold.majority),
                          terns.i.payload.gate_less_one.eq(fold.gate_less_one)]
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
             kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
-            kept_not_tie = Signal(G, name=f"g{g}_kept_not_tie", reset_less=True)
+            kept_positive = Signal(G, name=f"g{g}_kept_positive", reset_less=True)
             kept_gated = Signal(G, name=f"g{g}_kept_gated", reset_less=True)
             with m.If(fold.capture):
                 m.d.sync += [kept.eq(row_in), kept_sign.eq(signs.o.payload.sign),
-                             kept_not_tie.eq(signs.o.payload.not_tie),
+                             kept_positive.eq(signs.o.payload.positive),
                              kept_gated.eq(terns.o.payload.gated)]
             lines = {
-                **ENGINES[Route.GBINARY].lines(kept_sign, kept_not_tie,
+                **ENGINES[Route.GBINARY].lines(kept_sign, kept_sign | kept_positive,
                                                data.View(count_layout(G, CW), kept),
                                                counter_bits=CW),
                 **ENGINES[Route.GTERNARY].lines(kept_gated,
@@ -385,6 +408,35 @@ class LaneTile(wiring.Component):
             self.o_memory.eq(memory_head),
         ]
         return m
+
+    @property
+    def saturates(self):
+        """Whether a lane can fill (counters narrower than the default): then the engines
+        fold, with their saturation tests, instead of one adder per pair of line bits."""
+        return any(lanes_saturate(self.max_workers, limit=limit)
+                   for limit in (count_limit(self.counter_bits),
+                                 sum_limit(self.max_workers, self.counter_bits)))
+
+    def _fold_adds(self, m, line, fold_word):
+        """The registered addend bits of every pair of line bits (:func:`_pair_addend`):
+        ``(low, sign, high)``, from the line and the word's route, a cycle before the fold.
+
+        A pair's two line bits are, in a G-Binary window, the votes of two lanes, whose
+        counters sit side by side in the pair's ``2C`` row bits (low and high); in a
+        G-Ternary window, the code of one lane, whose sum fills the row bits as a ``2C``-bit
+        two's complement number: ``01`` adds 1, ``11`` adds -1 (every bit set), ``10``
+        (invalid) and ``00`` add 0. A word that does not fold its route adds 0.
+        """
+        pairs = self.tile_lanes // 2
+        low, sign, high = (Signal(pairs, name=f"add_{name}", reset_less=True)
+                           for name in ("low", "sign", "high"))
+        gbinary, gternary = fold_word.fold_gbinary, fold_word.fold_gternary
+        for t in range(pairs):
+            first, second = line[2 * t], line[2 * t + 1]
+            minus = gternary & first & second
+            m.d.sync += [low[t].eq(first & (gbinary | gternary)), sign[t].eq(minus),
+                         high[t].eq((gbinary & second) | minus)]
+        return low, sign, high
 
     def _engines(self, m, name):
         """Every route's engine (:data:`~.engines.ENGINES`) for one group of lanes, named
@@ -442,6 +494,19 @@ def _check_even(name, value):
     if value % 2:
         raise ValueError(f"{name} must be an even number, not {value!r}")
     return value
+
+
+def _pair_addend(low, sign, high, counter_bits):
+    """The ``2C``-bit addend of a pair of line bits: ``low`` at bit 0, ``high`` at bit
+    ``C``, ``sign`` at every other bit.
+
+    In a G-Binary window ``sign`` is 0 and the two counters add their votes; the low
+    counter never carries into the high one, as it holds at most MAX_WORKERS (the
+    engines fold where it could fill). In a G-Ternary window the sum is sign-extended
+    over the pair's bits and a -1 sets them all.
+    """
+    C = counter_bits
+    return Cat(low, sign.replicate(C - 1), high, sign.replicate(C - 1))
 
 
 def _sums_of_row(row, counter_bits):

@@ -125,8 +125,9 @@ class CSRBusSignature(wiring.Signature):
     """A 32-bit register bus in the style of amaranth-soc's CSR bus, from the initiator's side.
 
     ``addr`` is a byte address (a multiple of 4 for a register). A read strobe ``r_stb``
-    returns ``r_data`` on the next cycle; a write strobe ``w_stb`` writes ``w_data`` at once.
-    Accesses never wait. Unmapped addresses read 0 and ignore writes.
+    returns ``r_data`` two cycles later (reads may follow each other every cycle); a write
+    strobe ``w_stb`` writes ``w_data`` at once. Accesses never wait. Unmapped addresses read
+    0 and ignore writes.
     """
 
     def __init__(self, *, addr_width):

@@ -1,6 +1,6 @@
 """The FP32 passthrough: memory traffic, byte-exact both ways (docs/design.md, "FP32 passthrough")."""
 
-from amaranth.hdl import Module, unsigned
+from amaranth.hdl import Module, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -63,17 +63,24 @@ class Fp32Passthrough(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        room = self.i_req.payload.write | (self.reads_in_flight != self.max_reads)
+        # Whether any read is in flight, and whether the most are, registered beside the
+        # count: each decides a handshake, which the controller's pops wait on.
+        some_reads = Signal()
+        most_reads = Signal()
+        room = self.i_req.payload.write | ~most_reads
         m.d.comb += [
             self.o_mem.payload.eq(self.i_req.payload),
             self.o_mem.valid.eq(self.i_req.valid & room),
             self.i_req.ready.eq(self.o_mem.ready & room),
             # Data is only taken while a read is outstanding: a stray beat waits, unanswered.
             self.o_data.payload.eq(self.i_mem.payload),
-            self.o_data.valid.eq(self.i_mem.valid & (self.reads_in_flight != 0)),
-            self.i_mem.ready.eq(self.o_data.ready & (self.reads_in_flight != 0)),
+            self.o_data.valid.eq(self.i_mem.valid & some_reads),
+            self.i_mem.ready.eq(self.o_data.ready & some_reads),
         ]
         issued = self.o_mem.valid & self.o_mem.ready & ~self.i_req.payload.write
         returned = self.o_data.valid & self.o_data.ready
-        m.d.sync += self.reads_in_flight.eq(self.reads_in_flight + issued - returned)
+        reads_next = Signal.like(self.reads_in_flight)
+        m.d.comb += reads_next.eq(self.reads_in_flight + issued - returned)
+        m.d.sync += [self.reads_in_flight.eq(reads_next), some_reads.eq(reads_next != 0),
+                     most_reads.eq(reads_next == self.max_reads)]
         return m

@@ -80,7 +80,9 @@ class SignCountEngine(wiring.Component):
         full counter) and ``readout``: line ``beat``
         of the readout; a beat past the readout's last line reads 0. ``sign`` and
         ``not_tie`` are the lines that compare the incoming counts with the majority (the
-        ``SIGN`` line and ``TERNARY`` line 1), whatever the readout and beat.
+        ``SIGN`` line and ``TERNARY`` line 1), whatever the readout and beat; ``positive``:
+        bit 1 where ``2n < N`` (``not_tie`` is ``sign | positive``, for a user that keeps
+        the comparisons and ORs them a cycle later).
 
     Raises
     ------
@@ -111,6 +113,7 @@ class SignCountEngine(wiring.Component):
                 "saturated": unsigned(self.line_bits),
                 "readout": unsigned(self.line_bits),
                 "sign": unsigned(self.line_bits),
+                "positive": unsigned(self.line_bits),
                 "not_tie": unsigned(self.line_bits),
             }))),
         })
@@ -144,7 +147,8 @@ class SignCountEngine(wiring.Component):
             count = widen(p_in.counts[lane], width)
             m.d.comb += [negative[lane].eq(carry_out(count, below_negative)),
                          positive[lane].eq(~carry_out(count, below_positive, carry_in=1))]
-        m.d.comb += [p_out.sign.eq(negative), p_out.not_tie.eq(negative | positive)]
+        m.d.comb += [p_out.sign.eq(negative), p_out.positive.eq(positive),
+                     p_out.not_tie.eq(negative | positive)]
         read_line(m, p_in, p_out, sign_count_lines(p_out.sign, p_out.not_tie, p_in.counts,
                                                    counter_bits=self.counter_bits))
         return m

@@ -116,8 +116,9 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=No
                     ctx.set(dut.csr.r_stb, 1)
                     await ctx.tick()
                     ctx.set(dut.csr.r_stb, 0)
+                    await ctx.tick()
                     state["hw_reads"].append(ctx.get(dut.csr.r_data))
-                state["cycle"] += 2 if isinstance(op, CsrWrite) else 1
+                state["cycle"] += 2
                 continue
 
             offer = isinstance(op, Request) and rng.random() >= timing.idle

@@ -114,9 +114,9 @@ class CsrBus:
     """Register access by name, generated from the manifest's register map.
 
     ``read`` and ``write`` are coroutines that own the bus for their cycles; call them at a
-    falling edge (they return at one). A read takes one cycle (``r_data`` is registered); a
-    write takes two: its strobe, then one cycle for the side effects that start the cycle
-    after (window clears, CLEAR_SLOTS, CLEAR_COUNTERS).
+    falling edge (they return at one). A read takes two cycles (the address's match is
+    registered, then ``r_data``); a write takes two: its strobe, then one cycle for the side
+    effects that start the cycle after (window clears, CLEAR_SLOTS, CLEAR_COUNTERS).
     """
 
     def __init__(self, dut, registers, *, names="", bus="csr", clock=None):
@@ -165,7 +165,8 @@ class CsrBus:
         self.r_stb.set(1)
         await FallingEdge(self.clk)
         self.r_stb.set(0)
-        self.cycles += 1
+        await FallingEdge(self.clk)
+        self.cycles += 2
         return self.r_data.get()
 
     async def write(self, register, value=None, **fields):

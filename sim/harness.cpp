@@ -223,7 +223,8 @@ void nf_csr_write(void* handle, uint32_t addr, uint32_t value) {
     h->settle(); h->rise();
 }
 
-// A register read: one cycle with the strobe; the read data is registered.
+// A register read: one cycle with the strobe, then one more: the address match is
+// registered, then the read data.
 uint32_t nf_csr_read(void* handle, uint32_t addr) {
     auto* h = static_cast<Harness*>(handle);
     h->quiet_inputs();
@@ -231,6 +232,7 @@ uint32_t nf_csr_read(void* handle, uint32_t addr) {
     h->top->csr___05Fr_stb = 1;
     h->settle(); h->rise();
     h->top->csr___05Fr_stb = 0;
+    h->settle(); h->rise();
     h->settle();
     return h->top->csr___05Fr_data;
 }
