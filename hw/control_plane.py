@@ -61,7 +61,8 @@ class ControlPlane(wiring.Component):
     3. status from the bitmap (forwarded from the three words ahead); the fold word leaves
        (nothing in it waits on the status);
     4. the bitmap is written back; flags and counters count the word; the late word (what
-       the status decides), registered here first, leaves;
+       the status decides), registered here first, leaves; the response's status is
+       formed from the tests' registered answers;
     6. the word's response and memory request enter the buffers, whose heads are
        registered, so they reach the outputs with the tiles' slices, which enter the tiles'
        buffers at stage 7.
@@ -496,10 +497,16 @@ class ControlPlane(wiring.Component):
             "push_response": 1, "push_memory": 1,
             "response": response_control_layout(), "memory": memory_control_layout()})
         entries = [Signal(entry, name=f"entry_{stage}") for stage in (4, 5, 6)]
+        # The status joins its entry a cycle later, from the tests' answers registered as
+        # they are made: nothing waits on it before the buffers.
+        answered = Signal(Shape.cast(Status), name="answered")  # decided by the request
+        answers = Signal(2, name="answers")                      # NOT_READY, DUPLICATE
+        beat_answered = Signal()
+        m.d.sync += [answered.eq(decided_status), answers.eq(Cat(not_ready, is_duplicate)),
+                     beat_answered.eq(beat_answers)]
         m.d.sync += [
             entries[0].push_response.eq(request | beat_answers),
             entries[0].push_memory.eq(request & to_memory),
-            entries[0].response.status.eq(Mux(beat_answers, Status.OK, status)),
             entries[0].response.last.eq(Mux(s["beat_word"], s["last_beat"],
                                             ~answers_readout | (s["lines"] == 1))),
             entries[0].response.from_memory.eq(request & to_memory & ~is_write),
@@ -507,6 +514,8 @@ class ControlPlane(wiring.Component):
             entries[0].memory.addr.eq(s["addr"]),
         ]
         m.d.sync += [later.eq(earlier) for earlier, later in zip(entries, entries[1:])]
+        m.d.sync += entries[1].response.status.eq(Mux(beat_answered, Status.OK,
+                                                       answered | answers))
         at_buffers = entries[-1]
 
         # ------------------------------------------------------------ 6. buffers and credits

@@ -5,12 +5,15 @@ and ``>``, each lane gets its own adder and comparators, which synthesis maps to
 chains (on ECP5, a CCU2C per two bits, each counting as two LUT4s). Written as the gates
 below, synthesis packs a lane's step and tests into a handful of LUT4s, and the values the
 lanes compare against (a threshold from NUM_WORKERS or GATE) are computed once, outside.
+Where depth matters more than packing (a comparison in a fold cycle, a wide reduction), the
+gates are kept wires, so that synthesis builds the tree as written.
 """
 
 from amaranth.hdl import C, Cat, Signal, Value
 
-__all__ = ["KEEP", "step", "carry_out", "widen", "readout_terms", "select_line", "read_line",
-           "kept_tree", "kept_halves", "kept"]
+__all__ = ["KEEP", "step", "widen", "readout_terms", "select_line", "read_line",
+           "kept_tree", "kept_halves", "kept_compare", "joined_greater", "joined_equal",
+           "kept_select_line", "kept"]
 
 #: The attribute that keeps a wire or a register through synthesis: copies of a register
 #: that cut its fan-out, and the gates of a :func:`kept_tree`.
@@ -32,20 +35,6 @@ def step(value, *, up, down):
         ones = ones & value[k]
         zeros = zeros & ~value[k]
     return Cat(bits)
-
-
-def carry_out(a, b, *, carry_in=0):
-    """The carry out of ``a + b + carry_in`` (``a`` and ``b`` of equal width), as gates.
-
-    With ``b = ~t``: ``a > t`` for ``carry_in = 0``, ``a >= t`` for ``carry_in = 1``.
-    """
-    a, b = Value.cast(a), Value.cast(b)
-    if len(a) != len(b):
-        raise ValueError(f"carry_out operands must have equal widths, not {len(a)} and {len(b)}")
-    carry = Value.cast(carry_in)
-    for k in range(len(a)):
-        carry = (a[k] & b[k]) | (carry & (a[k] | b[k]))
-    return carry
 
 
 def widen(value, width):
@@ -75,6 +64,19 @@ def select_line(terms):
         term = line & Value.cast(select).replicate(len(line))
         result = term if result is None else result | term
     return result
+
+
+def kept_select_line(m, terms, name):
+    """:func:`select_line` as kept trees, one per bit: each gate of the first level takes two
+    lines' bits with their selects, the rest OR four at a time (:func:`kept_tree`). Left to
+    synthesis, the OR of a dozen terms became a chain of LUTs."""
+    terms = [(Value.cast(select), Value.cast(line)) for select, line in terms]
+    bits = []
+    for bit in range(len(terms[0][1])):
+        pairs = [line[bit] & select for select, line in terms]
+        leaves = [Cat(pairs[index:index + 2]).any() for index in range(0, len(pairs), 2)]
+        bits.append(kept_tree(m, leaves, "any", f"{name}_{bit}"))
+    return Cat(bits)
 
 
 def read_line(m, p_in, p_out, lines_by_readout):
@@ -110,6 +112,61 @@ def kept_halves(m, terms, op, name):
     half = (len(terms) + 1) // 2
     return [kept_tree(m, chunk, op, f"{name}_{side}")
             for side, chunk in (("a", terms[:half]), ("b", terms[half:])) if chunk]
+
+
+def kept_compare(m, a, b, name):
+    """Compare unsigned ``a`` and ``b`` of equal widths as kept four-input gates: returns
+    ``[(greater, equal)]`` of the most and the least significant halves of their bits (one
+    pair for two bits or fewer), for the caller's own gate to join: ``a > b`` is
+    ``hi.greater | hi.equal & lo.greater`` and ``a == b`` is ``hi.equal & lo.equal``.
+
+    Each two bits, from the least significant, give ``(greater, equal)``, a gate each, and
+    each half's pairs are joined in a tree of gates (``greater = g_hi | e_hi & g_lo``). A
+    lone most significant bit (an odd width) is left to the gate that joins it, as its two
+    bits. With the caller's gate that is two levels for up to 4 bits, three for up to 8.
+    Left to synthesis, a comparison in a lane's fold cycle became a chain of four LUT levels.
+    """
+    a, b = Value.cast(a), Value.cast(b)
+    if len(a) != len(b) or not len(a):
+        raise ValueError(f"kept_compare operands must have equal, nonzero widths, not "
+                         f"{len(a)} and {len(b)}")
+    pieces = []   # (greater, equal), most significant first
+    for low in reversed(range(0, len(a), 2)):
+        # Written as gates: ``>`` would become a carry chain.
+        greater, equal = a[low] & ~b[low], ~(a[low] ^ b[low])
+        if low + 1 < len(a):
+            high_equal = ~(a[low + 1] ^ b[low + 1])
+            greater = a[low + 1] & ~b[low + 1] | high_equal & greater
+            equal = high_equal & equal
+            greater, equal = kept(m, greater, f"{name}_gt{low}"), kept(m, equal, f"{name}_eq{low}")
+        pieces.append((greater, equal))
+
+    def join(chunk, label):
+        level = 0
+        while len(chunk) > 1:
+            joined = [(kept(m, g_hi | e_hi & g_lo, f"{name}_{label}{level}_gt{index}"),
+                       kept(m, e_hi & e_lo, f"{name}_{label}{level}_eq{index}"))
+                      for index, ((g_hi, e_hi), (g_lo, e_lo))
+                      in enumerate(zip(chunk[0::2], chunk[1::2]))]
+            chunk = joined + chunk[len(joined) * 2:]
+            level += 1
+        return chunk[0]
+
+    if len(pieces) == 1:
+        return pieces
+    half = (len(pieces) + 1) // 2
+    return [join(pieces[:half], "hi"), join(pieces[half:], "lo")]
+
+
+def joined_greater(halves):
+    """``a > b`` from :func:`kept_compare`'s halves, for the caller's gate."""
+    (greater, equal), *rest = halves
+    return greater | equal & rest[0][0] if rest else greater
+
+
+def joined_equal(halves):
+    """``a == b`` from :func:`kept_compare`'s halves, for the caller's gate."""
+    return halves[0][1] & halves[1][1] if len(halves) > 1 else halves[0][1]
 
 
 def kept(m, value, name):

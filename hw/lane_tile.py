@@ -16,9 +16,9 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from .engines import ENGINES
-from .lane_logic import KEEP, readout_terms, select_line
+from .lane_logic import KEEP, kept_select_line, readout_terms
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
-                      sum_layout)
+                      sum_layout, ternary_code)
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
@@ -90,7 +90,7 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "capture": 1,         # keep this word's readout (not a later beat)
         "readout": Readout,   # the readout kind
         "majority": majority_layout(max_workers),
-        "gate_less_one": unsigned(counter_bits + 1),
+        "gate_less_one": unsigned(counter_bits),
         "beat": range(max(2, readout_lines)),  # which readout line this word answers
         "push_response": 1,   # this word answers a beat
         "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
@@ -114,9 +114,8 @@ class LaneTile(wiring.Component):
     writes to one slot fold at II = 1: a write still in flight (one to four words ahead)
     is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice sits
     in the fold loop (the previous word's result or the rest); the rest (the block RAM's
-    row or a result two to four words ahead) is chosen a cycle before the fold, into two
-    fabric registers whose OR the loop's choice takes, so the block RAM's output is one
-    register hop from the fold.
+    row or a result two to four words ahead) is chosen a cycle before the fold, into a
+    fabric register, so the block RAM's output is one register hop from the fold.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
     the read, forward, fold and late words one cycle before their stages (the control plane's
     registers); the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE`
@@ -265,9 +264,7 @@ class LaneTile(wiring.Component):
         row_new = Signal(row_bits, reset_less=True)        # the fold's result, written back
         row_before = Signal(row_bits, reset_less=True)     # the result one word earlier
         row_before_2 = Signal(row_bits, reset_less=True)   # the result two words earlier
-        # Chosen a cycle before the fold, as two halves, each 0 unless it holds the source:
-        row_near = Signal(row_bits, reset_less=True)       # the block RAM's, or two ahead
-        row_far = Signal(row_bits, reset_less=True)        # three or four words ahead
+        row_chosen = Signal(row_bits, reset_less=True)     # chosen a cycle before the fold
         m.d.comb += [slots_rd.addr.eq(row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
         m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
                      row_before_2.eq(row_before)]
@@ -300,19 +297,13 @@ class LaneTile(wiring.Component):
             fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
             m.d.sync += [forward.eq(forward_word), fold.eq(fold_word)]
 
-            # Forwarding. Cycle FOLD_STAGE - 1 chooses among the block RAM's row and the
-            # results two, three and four words ahead into two registers, one for each pair
-            # of sources, the other left 0: a four-input gate per bit each, where one 4:1
-            # choice takes three. The fold then takes the previous word's result or the OR
-            # of the two, and the OR costs no gate: the loop's 2:1 choice has four inputs.
+            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
+            # results two, three and four words ahead (one 4:1 choice, into a fabric
+            # register); the fold then takes the previous word's result or that choice.
             source = forward.source
-            lanes = slice(low, high)
-            m.d.sync += [
-                row_near[lanes].eq(Mux(source[1], 0, Mux(source[0], row_new[lanes],
-                                                         row_read[lanes]))),
-                row_far[lanes].eq(Mux(source[1], Mux(source[0], row_before_2[lanes],
-                                                     row_before[lanes]), 0)),
-            ]
+            m.d.sync += row_chosen[low:high].eq(
+                Mux(source[1], Mux(source[0], row_before_2[low:high], row_before[low:high]),
+                    Mux(source[0], row_new[low:high], row_read[low:high])))
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
@@ -324,8 +315,7 @@ class LaneTile(wiring.Component):
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.clear.eq(fold_word.clear)]
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
-                row_in.append(Mux(control.from_last, row_new[bits],
-                                  row_near[bits] | row_far[bits]))
+                row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
                 if adds is not None:
                     # One adder, a carry chain: the pair's line bits as two G-Binary lanes
                     # or one G-Ternary lane are each just an addend.
@@ -362,25 +352,28 @@ class LaneTile(wiring.Component):
             group_flags.append(flags)
 
             # Readout: the comparisons with the majority and the gate are made as the row
-            # is folded (by the fold engines, on the same row) and kept with the row; the
-            # next cycle only chooses the beat's line among the kept bits, with selects
-            # decoded a cycle ahead. The not-a-tie line is kept as its two comparisons and
-            # ORed there, a gate off the fold cycle's deepest path.
+            # is folded (by the engines, on the same row, each a tree of kept gates) and
+            # kept with the row; the next cycle only chooses the beat's line among the kept
+            # bits, with selects decoded a cycle ahead. The lines that join two comparisons
+            # (not a tie, the gated codes) are formed there, a gate off the fold cycle.
             m.d.comb += [signs.i.payload.majority.eq(fold.majority),
                          terns.i.payload.gate_less_one.eq(fold.gate_less_one)]
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
             kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
-            kept_positive = Signal(G, name=f"g{g}_kept_positive", reset_less=True)
-            kept_gated = Signal(G, name=f"g{g}_kept_gated", reset_less=True)
+            kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
+            kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
+            kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
             with m.If(fold.capture):
                 m.d.sync += [kept.eq(row_in), kept_sign.eq(signs.o.payload.sign),
-                             kept_positive.eq(signs.o.payload.positive),
-                             kept_gated.eq(terns.o.payload.gated)]
+                             kept_tie.eq(signs.o.payload.tie),
+                             kept_plus.eq(terns.o.payload.positive),
+                             kept_minus.eq(terns.o.payload.negative)]
+            gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(G // 2))
             lines = {
-                **ENGINES[Route.GBINARY].lines(kept_sign, kept_sign | kept_positive,
+                **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
                                                data.View(count_layout(G, CW), kept),
                                                counter_bits=CW),
-                **ENGINES[Route.GTERNARY].lines(kept_gated,
+                **ENGINES[Route.GTERNARY].lines(gated,
                                                 data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
                                                 counter_bits=CW),
             }
@@ -390,7 +383,7 @@ class LaneTile(wiring.Component):
                 chosen = Signal(name=f"g{g}_select_{index}", reset_less=True)
                 m.d.sync += chosen.eq(select & ~late_word.quiet)
                 terms.append((chosen, readout_line))
-            response_line.append(select_line(terms))
+            response_line.append(kept_select_line(m, terms, f"g{g}_line"))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
                      self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
 

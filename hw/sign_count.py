@@ -5,7 +5,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit
-from .lane_logic import carry_out, read_line, step, widen
+from .lane_logic import joined_equal, joined_greater, kept, kept_compare, read_line, step, widen
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, count_layout,
                       lanes_saturate, max_readout_lines, vote_layout)
 
@@ -80,9 +80,9 @@ class SignCountEngine(wiring.Component):
         full counter) and ``readout``: line ``beat``
         of the readout; a beat past the readout's last line reads 0. ``sign`` and
         ``not_tie`` are the lines that compare the incoming counts with the majority (the
-        ``SIGN`` line and ``TERNARY`` line 1), whatever the readout and beat; ``positive``:
-        bit 1 where ``2n < N`` (``not_tie`` is ``sign | positive``, for a user that keeps
-        the comparisons and ORs them a cycle later).
+        ``SIGN`` line and ``TERNARY`` line 1), whatever the readout and beat; ``tie``: bit 1
+        where ``2n == N`` (``not_tie`` inverted, for a user that keeps the comparisons and
+        reads the lines a cycle later).
 
     Raises
     ------
@@ -113,7 +113,7 @@ class SignCountEngine(wiring.Component):
                 "saturated": unsigned(self.line_bits),
                 "readout": unsigned(self.line_bits),
                 "sign": unsigned(self.line_bits),
-                "positive": unsigned(self.line_bits),
+                "tie": unsigned(self.line_bits),
                 "not_tie": unsigned(self.line_bits),
             }))),
         })
@@ -135,20 +135,27 @@ class SignCountEngine(wiring.Component):
             m.d.comb += p_out.counts[lane].eq(step(count, up=fold & vote & ~full, down=0))
         m.d.comb += p_out.saturated.eq(Cat(saturated))
 
-        # Majority: each lane tests the two thresholds with two short carry functions.
-        width = max(self.counter_bits, len(p_in.majority.above))
-        below_negative = Signal(width)   # ~(N // 2)
-        below_positive = Signal(width)   # ~ceil(N / 2)
-        m.d.comb += [below_negative.eq(~widen(p_in.majority.above, width)),
-                     below_positive.eq(~widen(p_in.majority.below, width))]
-        negative = Signal(self.line_bits)
-        positive = Signal(self.line_bits)
+        # Majority: 2n > N is n > N // 2, and a tie (2n == N) is n == N // 2 with N even,
+        # one comparison tree a lane (``kept_compare``) whose halves meet in each answer's
+        # gate. Where a counter holds MAX_WORKERS, N // 2 < 2**(C-1): the counter's top bit
+        # alone says n is above it, and the tree compares the bits below.
+        above = p_in.majority.above
+        odd = Signal()   # ceil(N / 2) - N // 2 is N's low bit
+        m.d.comb += odd.eq(above[0] ^ p_in.majority.below[0])
+        CW = self.counter_bits
+        narrow = count_limit(CW) >= self.max_workers
+        width = CW - 1 if narrow else max(CW, len(above))
+        sign = Signal(self.line_bits)
+        tie = Signal(self.line_bits)
         for lane in range(self.line_bits):
-            count = widen(p_in.counts[lane], width)
-            m.d.comb += [negative[lane].eq(carry_out(count, below_negative)),
-                         positive[lane].eq(~carry_out(count, below_positive, carry_in=1))]
-        m.d.comb += [p_out.sign.eq(negative), p_out.positive.eq(positive),
-                     p_out.not_tie.eq(negative | positive)]
+            count = p_in.counts[lane]
+            top = count[CW - 1] if narrow else C(0, 1)
+            halves = kept_compare(m, widen(count, width)[:width], widen(above, width)[:width],
+                                  f"lane{lane}_majority")
+            m.d.comb += [sign[lane].eq(kept(m, top | joined_greater(halves), f"lane{lane}_sign")),
+                         tie[lane].eq(kept(m, ~top & joined_equal(halves) & ~odd,
+                                           f"lane{lane}_tie"))]
+        m.d.comb += [p_out.sign.eq(sign), p_out.tie.eq(tie), p_out.not_tie.eq(~tie)]
         read_line(m, p_in, p_out, sign_count_lines(p_out.sign, p_out.not_tie, p_in.counts,
                                                    counter_bits=self.counter_bits))
         return m

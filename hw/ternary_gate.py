@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..golden.formats import Readout, Route, check_counter_bits, sum_limit
 from ..golden.gternary import INVALID_CODE, MINUS_CODE, PLUS_CODE
-from .lane_logic import carry_out, read_line, step, widen
+from .lane_logic import joined_greater, kept, kept_compare, read_line, step
 from .layouts import (bit_planes, check_engine_line_bits, check_hw_max_workers, code_layout,
                       lanes_saturate, max_readout_lines, readout_lines, sum_layout,
                       ternary_code)
@@ -16,16 +16,16 @@ __all__ = ["TernaryGateEngine", "gate_less_one", "gate_less_one_value", "ternary
 
 def gate_less_one(gate, *, counter_bits):
     """The ``gate_less_one`` input of :class:`TernaryGateEngine` for the GATE register ``g``:
-    ``max(g, 1) - 1`` (a zero sum reads ``00`` at any gate), clamped to ``2**counter_bits``
-    (beyond any ``|S|``) so that it fits ``counter_bits + 1`` bits. Computed once, outside
-    the lanes."""
-    limit = 1 << counter_bits
-    return Mux(gate == 0, 0, Mux(gate > limit + 1, limit, gate - 1))[:counter_bits + 1]
+    ``max(g, 1) - 1`` (a zero sum reads ``00`` at any gate), clamped to
+    ``2**counter_bits - 1`` so that it fits ``counter_bits`` bits: no ``|S|`` is above that,
+    so the clamp changes no answer. Computed once, outside the lanes."""
+    largest = (1 << counter_bits) - 1
+    return Mux(gate == 0, 0, Mux(gate > largest, largest, gate - 1))[:counter_bits]
 
 
 def gate_less_one_value(gate, *, counter_bits):
     """:func:`gate_less_one` of the integer ``gate`` (for testbenches)."""
-    return 0 if gate == 0 else min(gate - 1, 1 << counter_bits)
+    return 0 if gate == 0 else min(gate - 1, (1 << counter_bits) - 1)
 
 
 class TernaryGateEngine(wiring.Component):
@@ -73,7 +73,9 @@ class TernaryGateEngine(wiring.Component):
         ``sums`` (the slot after the fold), ``saturated`` and ``invalid`` (a bit per lane:
         its code met a full sum, or was invalid) and ``readout``: line ``beat`` of the
         readout; a beat past the readout's last line reads 0. ``gated`` is the ``GATED``
-        line of the incoming sums, whatever the readout and beat.
+        line of the incoming sums, whatever the readout and beat; ``positive`` and
+        ``negative``, a bit per lane, are where it reads +1 and -1 (for a user that keeps
+        the comparisons and reads the line a cycle later).
 
     Raises
     ------
@@ -96,7 +98,7 @@ class TernaryGateEngine(wiring.Component):
                 "sums": sums,
                 "codes": code_layout(self.line_bits),
                 "fold": unsigned(self.lanes),
-                "gate_less_one": unsigned(self.counter_bits + 1),
+                "gate_less_one": unsigned(self.counter_bits),
                 "readout": Readout,
                 "beat": range(max(2, self.readout_lines)),
             }))),
@@ -106,6 +108,8 @@ class TernaryGateEngine(wiring.Component):
                 "invalid": unsigned(self.lanes),
                 "readout": unsigned(self.line_bits),
                 "gated": unsigned(self.line_bits),
+                "positive": unsigned(self.lanes),
+                "negative": unsigned(self.lanes),
             }))),
         })
 
@@ -115,12 +119,12 @@ class TernaryGateEngine(wiring.Component):
         p_in, p_out = self.i.payload, self.o.payload
         m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
 
-        # GATED: |S| >= g with g = max(GATE, 1). With x = S's low bits, inverted when S < 0,
-        # |S| = x + sign; so |S| >= g is the carry out of x + ~(g - 1) + sign, one carry
-        # function per lane against the threshold ``gate_less_one`` computed outside.
+        # GATED: |S| >= g with g = max(GATE, 1), that is |S| > t with t = ``gate_less_one``,
+        # computed outside. With x = S's low C bits: S >= 0 is x, so +1 where x > t; S < 0
+        # is x - 2**C, so -1 where x <= 2**C - 1 - t = ~t. Two comparisons of C bits per
+        # lane (``kept_compare``), each joined with the sign in its answer's gate.
         cw = self.counter_bits
-        below_gate = Signal(cw + 1)
-        m.d.comb += below_gate.eq(~p_in.gate_less_one)
+        threshold = p_in.gate_less_one
 
         up = Signal(self.lanes)        # the lane adds +1
         down = Signal(self.lanes)      # the lane adds -1
@@ -132,19 +136,20 @@ class TernaryGateEngine(wiring.Component):
             code, total = p_in.codes[lane], p_in.sums[lane]
             top, bottom = ((total == limit, total == -limit) if self.saturates
                            else (C(0, 1), C(0, 1)))
-            sign = total[-1]
-            magnitude = widen(total[:cw] ^ sign.replicate(cw), cw + 1)
-            gated = carry_out(magnitude, below_gate, carry_in=sign)
+            sign, low = total[-1], total[:cw]
+            above = kept_compare(m, low, threshold, f"lane{lane}_above")
+            within = kept_compare(m, low, ~threshold, f"lane{lane}_within")
             m.d.comb += [
                 up[lane].eq(p_in.fold[lane] & (code == PLUS_CODE)),
                 down[lane].eq(p_in.fold[lane] & (code == MINUS_CODE)),
                 invalid[lane].eq(p_in.fold[lane] & (code == INVALID_CODE)),
                 saturated[lane].eq(up[lane] & top | down[lane] & bottom),
-                negative[lane].eq(gated & sign),
-                positive[lane].eq(gated & ~sign),
+                negative[lane].eq(kept(m, sign & ~joined_greater(within), f"lane{lane}_negative")),
+                positive[lane].eq(kept(m, ~sign & joined_greater(above), f"lane{lane}_positive")),
                 p_out.sums[lane].eq(step(total, up=up[lane] & ~top, down=down[lane] & ~bottom)),
             ]
-        m.d.comb += [p_out.saturated.eq(saturated), p_out.invalid.eq(invalid)]
+        m.d.comb += [p_out.saturated.eq(saturated), p_out.invalid.eq(invalid),
+                     p_out.positive.eq(positive), p_out.negative.eq(negative)]
 
         codes = Cat(ternary_code(negative[lane], positive[lane]) for lane in range(self.lanes))
         m.d.comb += p_out.gated.eq(codes)

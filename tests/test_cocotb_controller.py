@@ -44,14 +44,14 @@ def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, se
 def plant_inverted_tie_rule(source, target):
     """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
 
-    Each sign-count engine tests ``n > N // 2`` against the inverted threshold
-    ``below_negative``; the planted one is ``ceil(N / 2) - 1`` (from ``below_positive``, the
-    inverted ``ceil(N / 2)``), which differs for an even N only: a tie then reads negative.
+    Each sign-count engine's lane ``k`` joins its comparison tree in ``lane<k>_sign``
+    (``n > N // 2``) and ``lane<k>_tie`` (``2n == N``); the planted sign also takes the tie,
+    which differs for an even N only: a tie then reads negative.
     """
     text = source.read_text(encoding="utf-8")
-    planted, count = re.subn(r"assign (\S*)below_negative = [^;]+;",
-                             r"assign \1below_negative = ~((~\1below_positive) - 1'b1);", text)
-    assert count >= 1, "expected the sign-count engines' majority thresholds"
+    planted, count = re.subn(r"assign (lane\d+)_sign = ([^;]+);",
+                             r"assign \1_sign = \2 | \1_tie;", text)
+    assert count >= 1, "expected the sign-count engines' majority comparisons"
     target.write_text(planted, encoding="utf-8")
 
 

@@ -7,7 +7,8 @@ import pytest
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.sim import Simulator
 
-from neuron_fabric.hw.lane_logic import carry_out, kept_halves, kept_tree, step
+from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
+                                         kept_select_line, kept_tree, select_line, step)
 
 
 def evaluate(expression_of, inputs, widths):
@@ -35,18 +36,6 @@ def test_step_counts_up_and_down_with_wraparound():
     inputs = [(v, u, d) for v in range(16) for u, d in ((0, 0), (1, 0), (0, 1))]
     got = evaluate(lambda v, u, d: step(v, up=u, down=d), inputs, (width, 1, 1))
     assert got == [(v + u - d) % 16 for v, u, d in inputs]
-
-
-@pytest.mark.parametrize("carry_in", [0, 1])
-def test_carry_out_is_the_adders_carry(carry_in):
-    inputs = list(itertools.product(range(16), range(16)))
-    got = evaluate(lambda a, b: carry_out(a, b, carry_in=carry_in), inputs, (4, 4))
-    assert got == [int(a + b + carry_in >= 16) for a, b in inputs]
-
-
-def test_carry_out_refuses_operands_of_different_widths():
-    with pytest.raises(ValueError, match="carry_out operands must have equal widths, not 3 and 4"):
-        carry_out(Const(0, 3), Const(0, 4))
 
 
 @pytest.mark.parametrize("terms", [1, 3, 4, 5, 16, 17])
@@ -109,3 +98,74 @@ def test_kept_halves_reduce_like_the_operator_with_the_root_left_to_the_caller(t
         kept_tree(Module(), list(Signal(n)), op, f"t_{side}").name
         for side, n in zip("ab", sizes)]
     assert all(half.attrs["keep"] == 1 for half in halves)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 6, 7])
+def test_kept_compare_halves_join_to_greater_and_equal(width):
+    """Every pair of ``width``-bit values compares as ``>`` and ``==`` once the caller joins
+    the halves."""
+    m = Module()
+    a, b = Signal(width), Signal(width)
+    greater, equal = Signal(), Signal()
+    halves = kept_compare(m, a, b, "c")
+    m.d.comb += [greater.eq(joined_greater(halves)), equal.eq(joined_equal(halves))]
+    got = {}
+
+    async def bench(ctx):
+        for x, y in itertools.product(range(1 << width), repeat=2):
+            ctx.set(a, x)
+            ctx.set(b, y)
+            got[x, y] = (ctx.get(greater), ctx.get(equal))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {(x, y): (int(x > y), int(x == y))
+                   for x, y in itertools.product(range(1 << width), repeat=2)}
+
+
+@pytest.mark.parametrize("width,names", [
+    (2, ["c_gt0"]),                  # one gate each, the caller's the second level
+    (4, ["c_gt2", "c_gt0"]),         # two leaves, joined in the caller's gate
+    (5, ["c_hi0_gt0", "c_gt0"]),     # the lone top bit joins the next two in one gate
+    (8, ["c_hi0_gt0", "c_lo0_gt0"]),
+])
+def test_kept_compare_is_a_tree_of_kept_gates(width, names):
+    halves = kept_compare(Module(), Signal(width), Signal(width), "c")
+    assert [greater.name for greater, _ in halves] == names
+    assert all(gate.attrs["keep"] == 1 for half in halves for gate in half)
+
+
+def test_kept_compare_refuses_operands_of_different_widths():
+    with pytest.raises(ValueError, match="kept_compare operands must have equal, nonzero "
+                                         "widths, not 3 and 4"):
+        kept_compare(Module(), Const(0, 3), Const(0, 4), "c")
+
+
+@pytest.mark.parametrize("lines", [1, 2, 5, 11])
+def test_kept_select_line_picks_the_selected_line_like_select_line(lines):
+    """With one select set (or none), each bit is the selected line's bit, as
+    ``select_line`` gives it, through kept gates: two lines a gate, then four at a time."""
+    m = Module()
+    width = 3
+    values = [Signal(width, name=f"line{i}") for i in range(lines)]
+    selects = Signal(lines)
+    kept_out, plain_out = Signal(width), Signal(width)
+    terms = [(selects[i], values[i]) for i in range(lines)]
+    m.d.comb += [kept_out.eq(kept_select_line(m, terms, "s")), plain_out.eq(select_line(terms))]
+    rng = random.Random(lines)
+    got = []
+
+    async def bench(ctx):
+        for chosen in [None, *range(lines)]:
+            contents = [rng.getrandbits(width) for _ in range(lines)]
+            for signal, value in zip(values, contents):
+                ctx.set(signal, value)
+            ctx.set(selects, 0 if chosen is None else 1 << chosen)
+            got.append((ctx.get(kept_out), ctx.get(plain_out),
+                        0 if chosen is None else contents[chosen]))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert all(kept == plain == want for kept, plain, want in got)
