@@ -7,7 +7,7 @@ as four registered control words, so the wide datapath never waits and no decisi
 from across the die.
 """
 
-from amaranth.hdl import C, Cat, Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Array, C, Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, fifo, memory, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -174,6 +174,7 @@ class ControlPlane(wiring.Component):
         claimed = C(0, 1)
         row, config_ok, lines = C(0, 1), C(0, 1), C(1, 1)
         route, readout = C(0, Shape.cast(Route)), C(0, Shape.cast(Readout))
+        multi = C(0, 1)   # the claiming window reads out more than one line
         for w in reversed(range(p.num_windows)):
             base = reg(window_register(w, "BASE"), "ADDR")
             size = reg(window_register(w, "SIZE"), "SLOTS")
@@ -187,10 +188,12 @@ class ControlPlane(wiring.Component):
             on = Signal(name=f"win{w}_on")
             good = Signal(name=f"win{w}_config_ok")
             w_lines = Signal(range(most_lines + 1), name=f"win{w}_lines", reset_less=True)
+            w_multi = Signal(name=f"win{w}_multi", reset_less=True)
+            w_good = (size <= p.depth) & readout_ok & workers_ok
             m.d.sync += [end.eq(base + size),
                          on.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")),
-                         good.eq((size <= p.depth) & readout_ok & workers_ok),
-                         w_lines.eq(lines_of(w_readout))]
+                         good.eq(w_good), w_lines.eq(lines_of(w_readout)),
+                         w_multi.eq(w_good & (lines_of(w_readout) > 1))]
             # The request against it, registered at the transfer.
             above = Signal(name=f"win{w}_above_base")
             below = Signal(name=f"win{w}_below_end")
@@ -206,6 +209,7 @@ class ControlPlane(wiring.Component):
             readout = Mux(hit, w_readout, readout)
             config_ok = Mux(hit, good, config_ok)
             lines = Mux(hit, w_lines, lines)
+            multi = Mux(hit, w_multi, multi)
         q_claimed, q_row, q_config_ok = Signal(), Signal(range(rows)), Signal()
         q_route, q_readout = Signal(Shape.cast(Route)), Signal(Shape.cast(Readout))
         q_window_lines = Signal(range(most_lines + 1))
@@ -214,7 +218,8 @@ class ControlPlane(wiring.Component):
         # A readout of k lines: the k - 1 words after it carry its later lines.
         q_lines = Signal(range(most_lines + 1))
         m.d.comb += q_lines.eq(Mux(q_claimed & q_config_ok & (q_op != Op.WRITE), q_window_lines, 1))
-        q_multi = q_valid & (q_lines > 1)
+        # The same fact, from the windows' standing facts: admission waits on it.
+        q_multi = q_valid & (q_op != Op.WRITE) & multi
         beats_left = Signal(range(most_lines))     # later lines still to issue
         next_beat = Signal(range(max(2, most_lines)))
         read_lines = Signal(range(most_lines + 1))
@@ -542,19 +547,36 @@ class ControlPlane(wiring.Component):
         # stage, where its line count is registered, so the window claim never reaches the
         # counters; admission adds the requests of the two cycles before it (a request just
         # taken is single-line, or ready would be low). The status stage hands back what a
-        # word will not use; a pop hands back what it used.
+        # word will not use; a pop hands back what it used. Admission compares a cycle ahead,
+        # from registers only, against every amount it may add, and then picks one answer:
+        # what comes back in that cycle is seen a cycle late, so neither port's ready reaches
+        # `i_req.ready`.
         response_used = Signal(range(D + 1))
         memory_used = Signal(range(D + 1))
-        word_lines = Mux(d["request"], d["lines"], 0)
+        response_added = Mux(d["request"], d["lines"], 0)
         m.d.sync += [
-            response_used.eq(response_used + word_lines
+            response_used.eq(response_used + response_added
                              - (s["beat_word"] & ~readout_answered)
                              - (self.o_resp.valid & self.o_resp.ready)),
             memory_used.eq(memory_used + d["request"] - (request & ~to_memory)
                            - (self.o_mem.valid & self.o_mem.ready)),
         ]
-        has_room = ((response_used + word_lines + q_valid <= D - most_lines)
-                    & (memory_used + d["request"] + q_valid <= D - 1))
+        # response_room[k]: k more lines fit beside the longest readout; memory_room[k]: k
+        # more requests fit, each against the counts before this cycle's hand-backs. Each
+        # count is compared with constants only, and the amount the word stage adds picks
+        # among the answers.
+        def room(used, added, most_added, limit, amounts):
+            fits = [used <= limit - j if j <= limit else C(0, 1)
+                    for j in range(most_added + amounts)]
+            return Cat(Array(fits[k:k + most_added + 1])[added] for k in range(amounts))
+
+        response_room = Signal(most_lines + 2)
+        memory_room = Signal(3)
+        m.d.sync += [response_room.eq(room(response_used, response_added, most_lines,
+                                           D - most_lines, most_lines + 2)),
+                     memory_room.eq(room(memory_used, d["request"], 1, D - 1, 3))]
+        has_room = (Array(response_room)[response_added + q_valid]
+                    & Array(memory_room)[d["request"] + q_valid])
         clear_busy = clear_pending.any() | sweeping
         m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2) & has_room)
 
