@@ -112,7 +112,7 @@ def _critical_paths(records):
     return "\n".join(lines) or "- none: no run has been placed and routed"
 
 
-def _targets(top, targets):
+def _targets(top, targets, board=None):
     rows = []
     for key, entry in top.get("grades", {}).items():
         goal = targets.get("fmax_mhz", {}).get(key)
@@ -134,7 +134,21 @@ def _targets(top, targets):
         if need is not None:
             rows.append(["block RAM", f"{need} DP16KD (slot rows, bitmaps)",
                          f"{u['bram']} DP16KD", "met" if u["bram"] <= need else "missed"])
+    goal = targets.get("board_mhz")
+    if goal is not None and board is not None:
+        rows.append(_board_target_row(board, goal))
     return _table(["target", "goal", "measured", ""], rows)
+
+
+def _board_target_row(board, goal):
+    """The board build closes timing at a clock of at least ``goal`` MHz, or it misses."""
+    label = f"board ({board['board']})" if "board" in board else "board"
+    wanted = f"closes timing at ≥ {goal:g} MHz"
+    if "error" in board:
+        return [label, wanted, "failed", "missed"]
+    met = board["meets_timing"] and board["clock_mhz"] >= goal
+    return [label, wanted, f"{board['fmax_mhz']:.1f} MHz reached at a {board['clock_mhz']:g} "
+            f"MHz clock", "met" if met else "missed"]
 
 
 def _gates_section(gates):
@@ -318,7 +332,7 @@ def markdown(report):
                 f"the port registers. Tools: {d['tools']}.", ""]
         out += ["## Controller top", "", _block_section("Place and route", {"controller": d["top"]}),
                 "", "Critical path (median seed):", "", _critical_paths({"controller": d["top"]}),
-                "", "Targets:", "", _targets(d["top"], d["targets"]), ""]
+                "", "Targets:", "", _targets(d["top"], d["targets"], d.get("board")), ""]
         if d["top"].get("memory"):
             out += [d["top"]["memory"], ""]
         if d.get("other_tops"):

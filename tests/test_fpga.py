@@ -850,6 +850,31 @@ def test_a_top_not_yet_routed_reports_its_fmax_target_as_not_measured(tmp_path):
     assert "| logic | ≤ 10,000 LUT4 | 900 LUT4 | met |" in text
 
 
+@pytest.mark.parametrize("board, verdict", [
+    ({"clock_mhz": 100.0, "fmax_mhz": 103.2, "meets_timing": True},
+     "103.2 MHz reached at a 100 MHz clock | met"),
+    # Closing timing below the target is not the target.
+    ({"clock_mhz": 95.83, "fmax_mhz": 99.8, "meets_timing": True},
+     "99.8 MHz reached at a 95.83 MHz clock | missed"),
+    ({"clock_mhz": 100.0, "fmax_mhz": 97.1, "meets_timing": False},
+     "97.1 MHz reached at a 100 MHz clock | missed"),
+    ({"error": "seed 1: Diverged"}, "failed | missed"),
+])
+def test_the_board_target_is_met_only_by_a_build_that_closes_at_its_clock(board, verdict):
+    board = {"board": "ULX3S-85F", **board}
+    text = fpga_report._targets({}, {"lut4": 10_000, "board_mhz": 100.0}, board)
+    assert f"| board (ULX3S-85F) | closes timing at ≥ 100 MHz | {verdict} |" in text
+    # Reports made before the board had a target leave the row out.
+    assert "board" not in fpga_report._targets({}, {"lut4": 10_000}, board)
+
+
+def test_the_board_is_clocked_at_its_target_unless_told_otherwise():
+    from neuron_fabric.fpga import __main__ as cli
+
+    assert cli._board_target(None) == cli.TARGETS["board_mhz"] == 100.0
+    assert cli._board_target(80.0) == 80.0
+
+
 def test_a_resumed_sweep_keeps_the_points_after_the_last_one_it_measures(monkeypatch, tmp_path):
     from neuron_fabric.fpga import __main__ as cli
 
