@@ -47,6 +47,9 @@ TOOL_TIMEOUT_S = 3600.0
 #: Spare seeds of ``ecp5`` for a seed that fails (a router2 run that diverges or times out).
 #: The tiled 512-bit top routed on all of seeds 1-3 at both grades; the spares are insurance.
 ECP5_SPARE_SEEDS = list(range(4, 11))
+#: The tiles' fold adders on ECP5: carry cells holding the fold loop's choice of row in their
+#: own LUTs (``neuron_fabric.hw.row_cells``; proven equal to the generic adders).
+CELLS = "ecp5"
 #: The board build tries the top's first seed and this many of the spares.
 BOARD_SPARES = 3
 
@@ -86,14 +89,16 @@ def _tools():
     return ", ".join(f"{k} {v}" for k, v in versions.items())
 
 
-def _factories(params, *, with_top=True, tile_lanes=TILE_LANES):
+def _factories(params, *, with_top=True, tile_lanes=TILE_LANES, cells=CELLS):
     """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner;
-    the lane tile and the controller top have ``tile_lanes`` line bits per tile."""
+    the lane tile and the controller top have ``tile_lanes`` line bits per tile and fold
+    adders of ``cells``."""
     from ..gen.verilog import MAX_READS, UNIT_ROLES, block_factories
     from ..hw.combiner import WriteCombiner
 
     out = {}
-    for role, entry in block_factories(params, max_reads=MAX_READS, tile_lanes=tile_lanes).items():
+    for role, entry in block_factories(params, max_reads=MAX_READS, tile_lanes=tile_lanes,
+                                       cells=cells).items():
         if role == TOP_ROLE and not with_top:
             continue
         out[role] = entry
@@ -290,6 +295,8 @@ def cmd_ecp5(args):
         floorplans = _floorplans(args.floorplan_rows, tiles=params.line_bits // lanes)
         tops += [(lanes, rows, module, factory()) for rows in floorplans]
     factories = _factories(params, tile_lanes=tile_lanes[0])
+    # Gate equivalents are technology independent: generic adders, no ECP5 cells.
+    generic = _factories(params, tile_lanes=tile_lanes[0], cells=None)
     report = _report.load(out)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
@@ -337,7 +344,7 @@ def cmd_ecp5(args):
         if not args.no_gates:
             from .gates import count_gates
             # Technology independent: memories are SRAM bits, counted apart.
-            for role, (module, factory) in factories.items():
+            for role, (module, factory) in generic.items():
                 _log(f"gates: {role} ({module})")
                 try:
                     g = count_gates(factory(), module=module, work=work / "gates" / role)
@@ -430,7 +437,8 @@ def cmd_sweep(args):
              f"{time.perf_counter() - started:.0f} s so far")
         try:
             record = _measure_block(lambda: Controller(params=params, tile_lanes=tile_lanes,
-                                                       max_reads=MAX_READS),
+                                                       max_reads=MAX_READS,
+                                                       cells=CELLS),
                                     f"nfabric_{params.name}", out / "work" / params.name /
                                     _top_folder(TOP_ROLE, tile_lanes, floorplan_rows=rows),
                                     seeds=seeds, floorplan_rows=rows,

@@ -72,10 +72,10 @@ def lane_tile_tag(params, *, tile_lanes=TILE_LANES, group_lanes=GROUP_LANES):
             f"_r{p.num_windows * p.depth}")
 
 
-def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES):
+def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES, cells=None):
     """``{role: (module, factory)}`` for every role of :data:`BLOCK_ROLES`, in its order: the
     module name and a function that builds the component (the lane tile and the controller
-    top with ``tile_lanes`` line bits per tile)."""
+    top with ``tile_lanes`` line bits per tile, their fold adders of ``cells``)."""
     p = params
     engines = dict(line_bits=p.line_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
     tag = f"l{p.line_bits}_w{p.max_workers}_c{p.counter_bits}"
@@ -89,10 +89,12 @@ def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES):
         "lane_tile": (f"nfabric_lane_tile_{lane_tile_tag(p, tile_lanes=tile_lanes)}",
                       lambda: LaneTile(tile_lanes=tile_lanes, group_lanes=GROUP_LANES,
                                        max_workers=p.max_workers, counter_bits=p.counter_bits,
-                                       rows=p.num_windows * p.depth)),
+                                       rows=p.num_windows * p.depth,
+                                       cells=cells)),
         "control_plane": (f"nfabric_control_plane_{p.name}", lambda: ControlPlane(params=p)),
         TOP_ROLE: (f"nfabric_{p.name}",
-                   lambda: Controller(params=p, tile_lanes=tile_lanes, max_reads=max_reads)),
+                   lambda: Controller(params=p, tile_lanes=tile_lanes, max_reads=max_reads,
+                                      cells=cells)),
     })
     return out
 

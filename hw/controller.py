@@ -69,6 +69,9 @@ class Controller(wiring.Component):
     buffer_depth : int
         Entries of the response and memory-request buffers: at least the longest readout
         plus one; ``LATENCY`` plus the longest readout keeps II = 1 without backpressure.
+    cells : None or "ecp5"
+        What the tiles' fold adders are built from (:mod:`~.row_cells`): generic logic,
+        or ECP5 carry cells (CCU2C instances) for ECP5 builds.
 
     Members
     -------
@@ -90,7 +93,7 @@ class Controller(wiring.Component):
     """
 
     def __init__(self, *, params=None, tile_lanes=TILE_LANES, group_lanes=GROUP_LANES,
-                 max_reads=16, buffer_depth=16):
+                 max_reads=16, buffer_depth=16, cells=None):
         params = FabricParams() if params is None else params
         if not isinstance(params, FabricParams):
             raise TypeError(f"params must be a FabricParams, not {params!r}")
@@ -110,7 +113,8 @@ class Controller(wiring.Component):
         self._tiles = [
             LaneTile(tile_lanes=self.tile_lanes, group_lanes=group_lanes,
                      max_workers=params.max_workers, counter_bits=params.counter_bits,
-                     rows=self._control.rows, buffer_depth=self.buffer_depth)
+                     rows=self._control.rows, buffer_depth=self.buffer_depth,
+                     cells=cells)
             for _ in range(tiles)]
         p = params
         super().__init__({

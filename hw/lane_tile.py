@@ -16,6 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from .engines import ENGINES
+from .row_cells import check_cells, choose_and_add
 from .lane_logic import KEEP, kept_select_line, readout_terms
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
                       sum_layout, ternary_code)
@@ -145,6 +146,10 @@ class LaneTile(wiring.Component):
         Slots in all windows (``NUM_WINDOWS * DEPTH``).
     buffer_depth : int
         Entries of the response and memory-request buffers (2 to 1024).
+    cells : None or "ecp5"
+        What the folds' adders are built from (:mod:`~.row_cells`): generic logic, or ECP5
+        carry cells that hold the fold loop's 2:1 choice in their own LUTs. The same
+        function either way.
 
     Members
     -------
@@ -178,7 +183,7 @@ class LaneTile(wiring.Component):
     """
 
     def __init__(self, *, tile_lanes=32, group_lanes=8, max_workers=16, counter_bits=None,
-                 rows=128, buffer_depth=16):
+                 rows=128, buffer_depth=16, cells=None):
         self.tile_lanes = _check_even("tile_lanes", tile_lanes)
         self.group_lanes = _check_even("group_lanes", group_lanes)
         if self.tile_lanes % self.group_lanes:
@@ -188,6 +193,7 @@ class LaneTile(wiring.Component):
         self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
         self.rows = check_int("rows", rows, low=1)
         self.buffer_depth = check_int("buffer_depth", buffer_depth, low=2, high=1024)
+        self.cells = check_cells(cells)
         self.readout_lines = most_readout_lines(self.counter_bits)
         super().__init__({
             "i_data": In(self.tile_lanes),
@@ -315,13 +321,20 @@ class LaneTile(wiring.Component):
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.clear.eq(fold_word.clear)]
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
-                row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
                 if adds is not None:
-                    # One adder, a carry chain: the pair's line bits as two G-Binary lanes
-                    # or one G-Ternary lane are each just an addend.
+                    # One adder, a carry chain, with the 2:1 choice in front of it: the
+                    # pair's line bits as two G-Binary lanes or one G-Ternary lane are each
+                    # just an addend. A word that is not a write adds 0, so for a readout
+                    # the sum is the row it read: the readout keeps and compares the sum.
                     lane = (g * G) // 2 + pair
-                    result = (row_in[-1] + _pair_addend(*(a[lane] for a in adds), CW))[:2 * CW]
+                    result = choose_and_add(
+                        m, addend=_pair_addend(*(a[lane] for a in adds), CW),
+                        from_last=control.from_last, last=row_new[bits],
+                        chosen=row_chosen[bits], cells=self.cells,
+                        name=f"g{g}_p{pair}_fold")
+                    row_in.append(result)
                 else:
+                    row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
                     # Each engine changes the row only when its route folds, so the result
                     # is the row with both engines' changes (a G-Ternary row's upper bits
                     # stay 0); the engines hold a lane that is full.
