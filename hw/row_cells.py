@@ -45,10 +45,19 @@ def _choose_and_add_init():
     return _lut_init(lambda a, b, c, d: a ^ (c if b else d))
 
 
+def _check_width(width, cells):
+    """Validate an adder's width for ``cells`` (even with ECP5 cells) and return it."""
+    width = check_int("width", width, low=1)
+    if cells == "ecp5" and width % 2:
+        raise ValueError(f"width must be even with ECP5 cells (two bits a carry cell), "
+                         f"not {width!r}")
+    return width
+
+
 def choose_and_add(m, *, addend, from_last, last, chosen, cells, name):
     """``((from_last ? last : chosen) + addend) mod 2**len(addend)``, built in ``m`` from
     ``cells`` (its ECP5 cells are named ``<name>_cell_<k>``)."""
-    width = len(addend)
+    width = _check_width(len(addend), check_cells(cells))
     if cells is None:
         return (Mux(from_last, last, chosen) + addend)[:width]
     total = Signal(width, name=f"{name}_sum")
@@ -86,11 +95,8 @@ class FoldAdder(wiring.Component):
     """
 
     def __init__(self, width, *, cells=None):
-        self.width = check_int("width", width, low=1)
         self.cells = check_cells(cells)
-        if cells == "ecp5" and width % 2:
-            raise ValueError(f"width must be even with ECP5 cells (two bits a carry cell), "
-                             f"not {width!r}")
+        self.width = _check_width(width, cells)
         super().__init__({
             "addend": In(width), "from_last": In(1), "last": In(width), "chosen": In(width),
             "sum": Out(width),

@@ -1,6 +1,7 @@
 """The fold adder: its ECP5 carry-cell form proven equal to the generic one, bad choices refused."""
 
 import random
+import re
 import subprocess
 
 import pytest
@@ -88,8 +89,14 @@ def test_the_generic_adder_chooses_then_adds_modulo_its_width():
     (dict(width=0), "width"),
 ])
 def test_bad_choices_are_refused(kwargs, message):
-    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         FoldAdder(**kwargs)
+
+
+def test_the_adder_built_in_place_refuses_an_odd_width_for_carry_cells():
+    with pytest.raises(ValueError, match=re.escape("width must be even with ECP5 cells")):
+        row_cells.choose_and_add(Module(), addend=Signal(3), from_last=Signal(),
+                                 last=Signal(3), chosen=Signal(3), cells="ecp5", name="fold")
 
 
 def test_a_lane_tile_refuses_cells_it_cannot_build():
