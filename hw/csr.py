@@ -5,7 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.regmap import Access, RegisterMap
-from .lane_logic import kept_tree
+from .lane_logic import KEEP, kept_tree
 from .layouts import CSRBusSignature
 
 __all__ = ["CSRBlock", "field_port"]
@@ -109,9 +109,14 @@ class CSRBlock(wiring.Component):
                 port = getattr(ports, field_port(reg, f), None)
                 bits = bus.w_data[f.offset:f.offset + f.width]
                 if f.access is Access.RW:
+                    # The read tree has a copy of its own, kept through synthesis: the
+                    # field itself drives logic across the control plane, and the copy
+                    # can sit by the tree.
+                    readback = Signal.like(port, name=f"{field_port(reg, f)}_readback",
+                                           attrs=KEEP)
                     with m.If(write):
-                        m.d.sync += port.eq(bits)
-                    value.append((f, port))
+                        m.d.sync += [port.eq(bits), readback.eq(bits)]
+                    value.append((f, readback))
                 elif f.access is Access.W:
                     m.d.sync += port.eq(write & bits)
                 elif f.access is Access.RW1C:

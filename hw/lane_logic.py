@@ -10,10 +10,11 @@ gates are kept wires, so that synthesis builds the tree as written.
 """
 
 from amaranth.hdl import C, Cat, Signal, Value
+from amaranth.hdl import _ast
 
 __all__ = ["KEEP", "step", "widen", "readout_terms", "select_line", "read_line",
            "kept_tree", "kept_halves", "kept_compare", "joined_greater", "joined_equal",
-           "kept_select_line", "kept"]
+           "kept_select_line", "kept_select_bits", "shared_bit_terms", "kept"]
 
 #: The attribute that keeps a wire or a register through synthesis: copies of a register
 #: that cut its fan-out, and the gates of a :func:`kept_tree`.
@@ -71,12 +72,62 @@ def kept_select_line(m, terms, name):
     lines' bits with their selects, the rest OR four at a time (:func:`kept_tree`). Left to
     synthesis, the OR of a dozen terms became a chain of LUTs."""
     terms = [(Value.cast(select), Value.cast(line)) for select, line in terms]
+    return kept_select_bits(m, [[(select, line[bit]) for select, line in terms]
+                                for bit in range(len(terms[0][1]))], name)
+
+
+def kept_select_bits(m, bit_terms, name):
+    """:func:`kept_select_line` from each bit's own ``[(select, bit)]`` (one-hot selects, or
+    all 0 for 0): each gate of the first level takes two terms, the rest OR four at a time."""
     bits = []
-    for bit in range(len(terms[0][1])):
-        pairs = [line[bit] & select for select, line in terms]
-        leaves = [Cat(pairs[index:index + 2]).any() for index in range(0, len(pairs), 2)]
-        bits.append(kept_tree(m, leaves, "any", f"{name}_{bit}"))
+    for index, terms in enumerate(bit_terms):
+        pairs = [Value.cast(bit) & Value.cast(select) for select, bit in terms]
+        leaves = [Cat(pairs[low:low + 2]).any() for low in range(0, len(pairs), 2)]
+        bits.append(kept_tree(m, leaves, "any", f"{name}_{index}"))
     return Cat(bits)
+
+
+def shared_bit_terms(terms):
+    """``terms`` (``[(select, line)]``) bit by bit, with the lines that read one bit together:
+    for each line bit, ``[(indices, bit)]``, ``indices`` the terms whose line has ``bit``
+    there. A readout's lines are often one register's bits seen another way (a G-Ternary
+    sum's bits are G-Binary counter bits of the same row); joining their selects before a
+    tree spares the tree a term for each bit they share.
+
+    Bits are shared where a line's bit is a bit of a signal (through slices, concatenations
+    and sign casts); any other bit stands alone.
+    """
+    width = len(Value.cast(terms[0][1]))
+    per_bit = []
+    for bit in range(width):
+        groups = {}
+        for index, (_, line) in enumerate(terms):
+            value = Value.cast(line)[bit]
+            source = _signal_bit(value, 0)
+            key = (id(source[0]), source[1]) if source is not None else ("term", index)
+            groups.setdefault(key, ([], value))[0].append(index)
+        per_bit.append([(tuple(indices), value) for indices, value in groups.values()])
+    return per_bit
+
+
+def _signal_bit(value, bit):
+    """``(signal, index)`` where bit ``bit`` of ``value`` is a signal's own bit, else None."""
+    while True:
+        if isinstance(value, _ast.Signal):
+            return value, bit
+        if isinstance(value, _ast.Slice):
+            value, bit = value.value, value.start + bit
+        elif isinstance(value, _ast.Concat):
+            for part in value.parts:
+                part = Value.cast(part)
+                if bit < len(part):
+                    value = part
+                    break
+                bit -= len(part)
+        elif isinstance(value, _ast.Operator) and value.operator in ("s", "u"):
+            value = value.operands[0]
+        else:
+            return None
 
 
 def read_line(m, p_in, p_out, lines_by_readout):

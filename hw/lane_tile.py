@@ -17,7 +17,7 @@ from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from .engines import ENGINES
 from .row_cells import check_cells, choose_and_add
-from .lane_logic import KEEP, kept_select_line, readout_terms
+from .lane_logic import KEEP, kept_select_bits, readout_terms, shared_bit_terms
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
                       sum_layout, ternary_code)
 from .sign_count import majority_layout
@@ -390,13 +390,22 @@ class LaneTile(wiring.Component):
                                                 data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
                                                 counter_bits=CW),
             }
-            terms = []
-            for index, (select, readout_line) in enumerate(
-                    readout_terms(fold.readout, fold.beat, lines)):
-                chosen = Signal(name=f"g{g}_select_{index}", reset_less=True)
-                m.d.sync += chosen.eq(select & ~late_word.quiet)
-                terms.append((chosen, readout_line))
-            response_line.append(kept_select_line(m, terms, f"g{g}_line"))
+            # A bit that two readouts' lines share (a G-Ternary sum's bits are counter bits
+            # of the same row) is one term of its tree, under the OR of their selects; each
+            # distinct set of lines has its own select register.
+            terms = readout_terms(fold.readout, fold.beat, lines)
+            chosen = {}
+            bit_terms = []
+            for shared in shared_bit_terms(terms):
+                bit_terms.append([])
+                for indices, bit in shared:
+                    if indices not in chosen:
+                        chosen[indices] = Signal(
+                            name=f"g{g}_select_{'_'.join(map(str, indices))}", reset_less=True)
+                        m.d.sync += chosen[indices].eq(
+                            Cat(terms[index][0] for index in indices).any() & ~late_word.quiet)
+                    bit_terms[-1].append((chosen[indices], bit))
+            response_line.append(kept_select_bits(m, bit_terms, f"g{g}_line"))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
                      self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
 

@@ -8,7 +8,8 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.sim import Simulator
 
 from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
-                                         kept_select_line, kept_tree, select_line, step)
+                                         kept_select_bits, kept_select_line, kept_tree,
+                                         select_line, shared_bit_terms, step)
 
 
 def evaluate(expression_of, inputs, widths):
@@ -169,3 +170,51 @@ def test_kept_select_line_picks_the_selected_line_like_select_line(lines):
     sim.add_testbench(bench)
     sim.run()
     assert all(kept == plain == want for kept, plain, want in got)
+
+
+def test_shared_bit_terms_join_the_lines_that_read_one_bit():
+    """Lines that are one register's bits seen other ways (a slice, a concatenation, a sign
+    cast) share a term per bit; a bit that is no signal's own stands alone."""
+    row, other = Signal(6, name="row"), Signal(2, name="other")
+    terms = [(Signal(), row[0:2]),                      # row bits 0, 1
+             (Signal(), Cat(row[4], row[1])),           # row bits 4, 1
+             (Signal(), row[0:2].as_signed()),          # row bits 0, 1 again
+             (Signal(), ~other),                        # gates: never shared
+             (Signal(), ~other)]
+    assert [[indices for indices, _ in bit] for bit in shared_bit_terms(terms)] == [
+        [(0, 2), (1,), (3,), (4,)],
+        [(0, 1, 2), (3,), (4,)],
+    ]
+
+
+def test_kept_select_bits_with_shared_terms_reads_like_select_line():
+    """The readout's lines in a lane tile's shape (counter bits, and sums over the same row
+    bits) read through shared terms, each under the OR of its lines' selects, bit for bit as
+    ``select_line`` reads them."""
+    m = Module()
+    row = Signal(10, name="row")
+    lines = [row[k::5][:2] for k in range(5)] + [Cat(row[2 * k], row[2 * k + 1]) for k in range(3)]
+    selects = Signal(len(lines))
+    terms = [(selects[i], line) for i, line in enumerate(lines)]
+    shared = shared_bit_terms(terms)
+    assert sum(len(bit) for bit in shared) < 2 * len(lines)
+    kept_out, plain_out = Signal(2), Signal(2)
+    m.d.comb += [
+        kept_out.eq(kept_select_bits(m, [[(Cat(selects[i] for i in indices).any(), bit)
+                                          for indices, bit in per_bit] for per_bit in shared],
+                                     "s")),
+        plain_out.eq(select_line(terms)),
+    ]
+    rng = random.Random(7)
+    got = []
+
+    async def bench(ctx):
+        for chosen in [None, *range(len(lines))] * 4:
+            ctx.set(row, rng.getrandbits(10))
+            ctx.set(selects, 0 if chosen is None else 1 << chosen)
+            got.append((ctx.get(kept_out), ctx.get(plain_out)))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert all(kept == plain for kept, plain in got)
