@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from .engines import ENGINES
-from .row_cells import check_cells, choose_and_add
+from .row_cells import check_cells, choose_and_add, choose_of_four
 from .lane_logic import KEEP, kept_select_bits, readout_terms, shared_bit_terms
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
                       sum_layout, ternary_code)
@@ -305,11 +305,12 @@ class LaneTile(wiring.Component):
 
             # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
             # results two, three and four words ahead (one 4:1 choice, into a fabric
-            # register); the fold then takes the previous word's result or that choice.
-            source = forward.source
-            m.d.sync += row_chosen[low:high].eq(
-                Mux(source[1], Mux(source[0], row_before_2[low:high], row_before[low:high]),
-                    Mux(source[0], row_new[low:high], row_read[low:high])))
+            # register; two LUT4s a bit with ECP5 cells); the fold then takes the previous
+            # word's result or that choice.
+            m.d.sync += row_chosen[low:high].eq(choose_of_four(
+                m, select=forward.source, cells=self.cells, name=f"g{g}_forward",
+                choices=[row_read[low:high], row_new[low:high], row_before[low:high],
+                         row_before_2[low:high]]))
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.

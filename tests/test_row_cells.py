@@ -1,4 +1,5 @@
-"""The fold adder: its ECP5 carry-cell form proven equal to the generic one, bad choices refused."""
+"""The tile's row logic: the ECP5 cell forms of the fold adder and the forwarding choice proven
+equal to the generic ones, bad choices refused."""
 
 import random
 import re
@@ -12,37 +13,45 @@ from amaranth.sim import Simulator
 from neuron_fabric.gen.verilog import yosys_binary
 from neuron_fabric.hw import row_cells
 from neuron_fabric.hw.lane_tile import LaneTile
-from neuron_fabric.hw.row_cells import FoldAdder
+from neuron_fabric.hw.row_cells import FoldAdder, ForwardChoice
 
 
 class _Miter(Elaboratable):
-    """Both forms of the adder on the same inputs; ``differ`` is 1 where their sums differ."""
+    """Both forms of a component (``component(width, cells=...)``) on the same inputs
+    (``inputs``: name and width of each); ``differ`` is 1 where their outputs (``output``)
+    differ."""
 
-    def __init__(self, width):
-        self.width = width
-        self.inputs = [Signal(width, name=name) for name in ("addend", "last", "chosen")]
-        self.from_last = Signal(name="from_last")
+    def __init__(self, component, width, inputs, output):
+        self.component, self.output = component, output
+        self.inputs = {name: Signal(bits or width, name=name) for name, bits in inputs}
         self.differ = Signal(name="differ")
 
     def elaborate(self, platform):
         m = Module()
-        sums = []
+        outputs = []
         for name, cells in (("generic", None), ("ecp5", "ecp5")):
-            m.submodules[name] = adder = FoldAdder(self.width, cells=cells)
-            m.d.comb += [adder.addend.eq(self.inputs[0]), adder.last.eq(self.inputs[1]),
-                         adder.chosen.eq(self.inputs[2]), adder.from_last.eq(self.from_last)]
-            sums.append(adder.sum)
-        m.d.comb += self.differ.eq(sums[0] != sums[1])
+            m.submodules[name] = block = self.component(len(next(iter(self.inputs.values()))),
+                                                        cells=cells)
+            m.d.comb += [getattr(block, port).eq(signal) for port, signal in self.inputs.items()]
+            outputs.append(getattr(block, self.output))
+        m.d.comb += self.differ.eq(outputs[0] != outputs[1])
         return m
 
 
-def _forms_proven_equal(width, folder):
-    """Yosys's SAT solver, with Yosys's own simulation model of the CCU2C cell, on the
-    miter: True when no input makes the two forms differ."""
-    miter = _Miter(width)
+#: The fold adder's and the forwarding choice's inputs (width None: the component's) and output.
+ADDER = (FoldAdder, [("addend", None), ("last", None), ("chosen", None), ("from_last", 1)], "sum")
+CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("fourth", None),
+                          ("select", 2)], "chosen")
+
+
+def _forms_proven_equal(width, folder, form=ADDER):
+    """Yosys's SAT solver, with Yosys's own simulation models of the CCU2C and LUT4 cells,
+    on the miter: True when no input makes the two forms differ."""
+    component, inputs, output = form
+    miter = _Miter(component, width, inputs, output)
     (folder / "miter.il").write_text(rtlil.convert(
-        miter, name="miter", ports=[*miter.inputs, miter.from_last, miter.differ]))
-    # The cell models are read in full (not as black boxes); ``hierarchy`` gives each CCU2C
+        miter, name="miter", ports=[*miter.inputs.values(), miter.differ]))
+    # The cell models are read in full (not as black boxes); ``hierarchy`` gives each cell
     # instance its INIT before ``flatten`` takes the model in.
     script = ("read_rtlil miter.il; read_verilog -overwrite -noblackbox +/ecp5/cells_sim.v; "
               "hierarchy -top miter; proc; flatten; opt; sat -verify -prove differ 0 miter")
@@ -61,6 +70,35 @@ def test_the_proof_finds_a_carry_cell_with_its_row_inputs_swapped(monkeypatch, t
     monkeypatch.setattr(row_cells, "_choose_and_add_init", lambda: row_cells._lut_init(
         lambda a, b, c, d: a ^ (d if b else c)))
     assert not _forms_proven_equal(10, tmp_path)
+
+
+@pytest.mark.parametrize("width", [1, 10])
+def test_the_lut_form_of_the_forwarding_choice_equals_the_generic_one(width, tmp_path):
+    assert _forms_proven_equal(width, tmp_path, CHOICE)
+
+
+def test_the_proof_finds_a_forwarding_lut_that_swaps_the_last_two_rows(monkeypatch, tmp_path):
+    monkeypatch.setattr(row_cells, "_second_of_four_init", lambda: row_cells._lut_init(
+        lambda a, b, c, d: (c if a else d) if b else a))
+    assert not _forms_proven_equal(10, tmp_path, CHOICE)
+
+
+def test_the_generic_forwarding_choice_takes_the_selected_row():
+    choice = ForwardChoice(4)
+    rng = random.Random(3)
+    cases = [(rng.randrange(4), [rng.randrange(16) for _ in range(4)]) for _ in range(100)]
+
+    async def bench(ctx):
+        for select, rows in cases:
+            ctx.set(choice.select, select)
+            for port, row in zip((choice.first, choice.second, choice.third, choice.fourth),
+                                 rows):
+                ctx.set(port, row)
+            assert ctx.get(choice.chosen) == rows[select]
+
+    sim = Simulator(choice)
+    sim.add_testbench(bench)
+    sim.run()
 
 
 def test_the_generic_adder_chooses_then_adds_modulo_its_width():
@@ -104,11 +142,14 @@ def test_a_lane_tile_refuses_cells_it_cannot_build():
         LaneTile(cells="gowin")
 
 
-def test_an_ecp5_tile_folds_in_carry_cells():
-    """The ECP5 tile's netlist: a CCU2C per two row bits; the generic tile has none."""
+def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
+    """The ECP5 tile's netlist: a CCU2C per two row bits and two LUT4s per row bit; the
+    generic tile has neither."""
     tile = LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4, cells="ecp5")
     row_bits = 4 * 3   # four line bits, three-bit counters
-    assert rtlil.convert(tile, name="tile").count("cell \\CCU2C") == row_bits // 2
+    netlist = rtlil.convert(tile, name="tile")
+    assert netlist.count("cell \\CCU2C") == row_bits // 2
+    assert netlist.count("cell \\LUT4") == 2 * row_bits
     generic = rtlil.convert(LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4),
                             name="tile")
-    assert "cell \\CCU2C" not in generic
+    assert "cell \\CCU2C" not in generic and "cell \\LUT4" not in generic
