@@ -102,7 +102,11 @@ def choose_of_four(m, *, select, choices, cells, name):
     """``choices[select]`` (``select`` two bits, four ``choices`` of one width), built in
     ``m`` from ``cells`` (its ECP5 cells are named ``<name>_first_<k>``, ``<name>_second_<k>``)."""
     first, second, third, fourth = choices
-    width = len(first)
+    widths = [len(choice) for choice in choices]
+    if len(set(widths)) != 1 or len(select) != 2:
+        raise ValueError(f"choose_of_four needs a two-bit select and four choices of one "
+                         f"width, not a {len(select)}-bit select and widths {widths}")
+    width = widths[0]
     if check_cells(cells) is None:
         return Mux(select[1], Mux(select[0], fourth, third), Mux(select[0], second, first))
     chosen = Signal(width, name=f"{name}_chosen")

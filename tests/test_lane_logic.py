@@ -8,8 +8,8 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.sim import Simulator
 
 from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
-                                         kept_select_bits, kept_select_line, kept_tree,
-                                         select_line, shared_bit_terms, step)
+                                         kept_select_bits, kept_tree, select_line,
+                                         shared_bit_terms, step)
 
 
 def evaluate(expression_of, inputs, widths):
@@ -144,7 +144,7 @@ def test_kept_compare_refuses_operands_of_different_widths():
 
 
 @pytest.mark.parametrize("lines", [1, 2, 5, 11])
-def test_kept_select_line_picks_the_selected_line_like_select_line(lines):
+def test_kept_select_bits_picks_the_selected_line_like_select_line(lines):
     """With one select set (or none), each bit is the selected line's bit, as
     ``select_line`` gives it, through kept gates: two lines a gate, then four at a time."""
     m = Module()
@@ -153,7 +153,9 @@ def test_kept_select_line_picks_the_selected_line_like_select_line(lines):
     selects = Signal(lines)
     kept_out, plain_out = Signal(width), Signal(width)
     terms = [(selects[i], values[i]) for i in range(lines)]
-    m.d.comb += [kept_out.eq(kept_select_line(m, terms, "s")), plain_out.eq(select_line(terms))]
+    bit_terms = [[(select, line[bit]) for select, line in terms] for bit in range(width)]
+    m.d.comb += [kept_out.eq(kept_select_bits(m, bit_terms, "s")),
+                 plain_out.eq(select_line(terms))]
     rng = random.Random(lines)
     got = []
 

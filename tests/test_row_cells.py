@@ -153,3 +153,11 @@ def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
     generic = rtlil.convert(LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4),
                             name="tile")
     assert "cell \\CCU2C" not in generic and "cell \\LUT4" not in generic
+
+
+def test_the_forwarding_choice_refuses_choices_of_different_widths():
+    with pytest.raises(ValueError, match=re.escape(
+            "choose_of_four needs a two-bit select and four choices of one width, not a "
+            "2-bit select and widths [4, 4, 3, 4]")):
+        row_cells.choose_of_four(Module(), select=Signal(2), cells="ecp5", name="forward",
+                                 choices=[Signal(4), Signal(4), Signal(3), Signal(4)])
