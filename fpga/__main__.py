@@ -71,6 +71,18 @@ def _ints(text):
                                          f"not {text!r}") from None
 
 
+def _engine_bits(text):
+    """``--engine-bits``: the lane engines' line bits, an even number from 2."""
+    try:
+        bits = int(text)
+    except ValueError:
+        bits = None
+    if bits is None or bits < 2 or bits % 2:
+        raise argparse.ArgumentTypeError(f"engine bits must be an even integer of at least 2, "
+                                         f"not {text!r}")
+    return bits
+
+
 def _grades(text):
     keys = [v.strip() for v in text.split(",") if v.strip()]
     bad = [k for k in keys if k not in GRADES]
@@ -89,16 +101,16 @@ def _tools():
     return ", ".join(f"{k} {v}" for k, v in versions.items())
 
 
-def _factories(params, *, with_top=True, tile_lanes=TILE_LANES, cells=CELLS):
+def _factories(params, *, with_top=True, tile_lanes=TILE_LANES, cells=CELLS, engine_bits=None):
     """``{role: (module, factory)}`` for the blocks of ``params`` and the write combiner;
     the lane tile and the controller top have ``tile_lanes`` line bits per tile and fold
-    adders of ``cells``."""
+    adders of ``cells``, the lane engines ``engine_bits`` line bits (default: LINE_BITS)."""
     from ..gen.verilog import MAX_READS, UNIT_ROLES, block_factories
     from ..hw.combiner import WriteCombiner
 
     out = {}
     for role, entry in block_factories(params, max_reads=MAX_READS, tile_lanes=tile_lanes,
-                                       cells=cells).items():
+                                       cells=cells, engine_bits=engine_bits).items():
         if role == TOP_ROLE and not with_top:
             continue
         out[role] = entry
@@ -294,14 +306,18 @@ def cmd_ecp5(args):
         module, factory = _factories(params, tile_lanes=lanes)[TOP_ROLE]
         floorplans = _floorplans(args.floorplan_rows, tiles=params.line_bits // lanes)
         tops += [(lanes, rows, module, factory()) for rows in floorplans]
-    factories = _factories(params, tile_lanes=tile_lanes[0])
+    # The lane engines at one tile's width unless told otherwise: lanes never meet, so a
+    # whole line's engine is tiles of it side by side, and its place and route would cost
+    # what the controller top's does.
+    engine_bits = tile_lanes[0] if args.engine_bits is None else args.engine_bits
+    factories = _factories(params, tile_lanes=tile_lanes[0], engine_bits=engine_bits)
     # Gate equivalents are technology independent: generic adders, no ECP5 cells.
-    generic = _factories(params, tile_lanes=tile_lanes[0], cells=None)
+    generic = _factories(params, tile_lanes=tile_lanes[0], cells=None, engine_bits=engine_bits)
     report = _report.load(out)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
                "top_seeds": top_seeds, "spare_seeds": spares,
-               "tile_lanes": tile_lanes[0],
+               "tile_lanes": tile_lanes[0], "engine_bits": engine_bits,
                "grades": grades, "tools": _tools(), "targets": dict(TARGETS),
                "date": datetime.date.today().isoformat(), "quick": args.quick,
                "blocks": {}, "gates": {}}
@@ -529,6 +545,10 @@ def _parser():
                         "a row per four tiles), comma-separated: the top is measured once "
                         "per value and tile width; the first is the default configuration's, "
                         "its board build's too (default: auto)")
+    e.add_argument("--engine-bits", type=_engine_bits,
+                   help="line bits of the lane engine blocks (sign_count, ternary_gate); "
+                        "LINE_BITS measures the whole line's engine (default: the first "
+                        "--tile-lanes, one tile's share)")
     params(e)
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")

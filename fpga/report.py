@@ -269,6 +269,18 @@ def _tiles_text(default):
             f"{lanes} line bits each (TILE_LANES {lanes}){placed}{also}. ")
 
 
+def _engines_text(default):
+    """What width the lane engines were measured at, as a paragraph (none at LINE_BITS)."""
+    bits, line_bits = default.get("engine_bits"), default["params"]["line_bits"]
+    if not bits or bits == line_bits:
+        return []
+    return [f"The lane engines (`sign_count`, `ternary_gate`) at {bits} line bits, one lane "
+            f"tile's share of the line: lanes never meet, so the {line_bits}-bit engine is "
+            f"{line_bits / bits:g} of them side by side, with the area to match "
+            f"(`--engine-bits {line_bits}` places and routes it whole). Their gate "
+            f"equivalents below are at the same width.", ""]
+
+
 def _has_block_rams(top):
     """Whether a top has block RAMs (assumed when its cells were not counted)."""
     return top.get("cells", {}).get("dp16kd") != 0
@@ -343,7 +355,8 @@ def markdown(report):
                     "nextpnr run took.", "",
                     _tile_lanes_section([d["top"], *d["other_tops"]]), ""]
         if d.get("blocks"):
-            out += ["## Blocks", "", _block_section("Each block out of context", d["blocks"]),
+            out += ["## Blocks", "", *_engines_text(d),
+                    _block_section("Each block out of context", d["blocks"]),
                     "", "Critical paths:", "", _critical_paths(d["blocks"]), ""]
         if d.get("gates"):
             out += ["## Gate equivalents", "",

@@ -35,6 +35,7 @@ from ..hw.controller import GROUP_LANES, LATENCY, TILE_LANES, Controller
 from ..hw.csr import CSRBlock
 from ..hw.engines import ENGINES
 from ..hw.lane_tile import LaneTile
+from ..hw.layouts import check_engine_line_bits
 from ..hw.passthrough import Fp32Passthrough
 
 __all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "yosys_binary", "to_verilog",
@@ -72,13 +73,16 @@ def lane_tile_tag(params, *, tile_lanes=TILE_LANES, group_lanes=GROUP_LANES):
             f"_r{p.num_windows * p.depth}")
 
 
-def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES, cells=None):
+def block_factories(params, *, max_reads=MAX_READS, tile_lanes=TILE_LANES, cells=None,
+                    engine_bits=None):
     """``{role: (module, factory)}`` for every role of :data:`BLOCK_ROLES`, in its order: the
     module name and a function that builds the component (the lane tile and the controller
-    top with ``tile_lanes`` line bits per tile, their fold adders of ``cells``)."""
+    top with ``tile_lanes`` line bits per tile, their fold adders of ``cells``; the lane
+    engines ``engine_bits`` line bits wide, by default the whole line)."""
     p = params
-    engines = dict(line_bits=p.line_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
-    tag = f"l{p.line_bits}_w{p.max_workers}_c{p.counter_bits}"
+    engine_bits = p.line_bits if engine_bits is None else check_engine_line_bits(engine_bits)
+    engines = dict(line_bits=engine_bits, max_workers=p.max_workers, counter_bits=p.counter_bits)
+    tag = f"l{engine_bits}_w{p.max_workers}_c{p.counter_bits}"
     out = {engine.role: (f"nfabric_{engine.role}_{tag}",
                          lambda component=engine.component: component(**engines))
            for engine in ENGINES.values()}

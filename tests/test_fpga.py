@@ -1053,6 +1053,49 @@ def test_gate_counts_and_the_board_run_beside_the_blocks(monkeypatch, tmp_path):
     assert len(blocks) == len(report["blocks"]) and len(report["gates"]) == len(counted)
     assert report["board"] == {"error": "not built here"}
 
+def test_the_lane_engines_are_measured_at_one_tiles_width_unless_told(monkeypatch, tmp_path):
+    """The engines' lanes never meet: by default the flow places and routes them at the
+    first tile width, gates counted at the same width, and says so in the report;
+    ``--engine-bits`` picks another width, the whole line's included, and refuses a width
+    no engine has."""
+    from neuron_fabric.fpga import __main__ as cli
+    from neuron_fabric.fpga import gates
+
+    cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
+    placed, counted = {}, {}
+
+    def fake_measure(factory, module, work, **options):
+        placed[pathlib.Path(work).name] = (module, factory().line_bits
+                                           if hasattr(factory(), "line_bits") else None)
+        return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
+
+    def fake_gates(design, *, module, work):
+        counted[pathlib.Path(work).name] = (module, getattr(design, "line_bits", None))
+        return {"nand2_eq": 4, "logic_nand2_eq": 2, "ff_nand2_eq": 2, "transistors": 16,
+                "flip_flops": 1, "cells": {}, "sram_bits": 0}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    monkeypatch.setattr(gates, "count_gates", fake_gates)
+    monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: {})
+    written = []
+    monkeypatch.setattr(cli, "_finish", lambda out, report, what, command: written.append(report))
+    argv = ["ecp5", "--no-board", "--tile-lanes", "64,32", "--out", str(tmp_path)]
+    for extra, bits in (([], 64), (["--engine-bits", "512"], 512), (["--engine-bits", "8"], 8)):
+        placed.clear(), counted.clear()
+        assert cli.main(argv + extra) == 0
+        for role in ("sign_count", "ternary_gate"):
+            expected = (f"nfabric_{role}_l{bits}_w16_c5", bits)
+            assert placed[role] == expected and counted[role] == expected
+        assert placed["passthrough"][1] == counted["passthrough"][1] == 512
+        text = fpga_report.markdown({"default": written[-1]["default"]})
+        said = f"The lane engines (`sign_count`, `ternary_gate`) at {bits} line bits"
+        assert (said in text) == (bits != 512)
+        assert f"{512 // bits} of them side by side" in text or bits == 512
+    for bad in ("0", "7", "x"):
+        with pytest.raises(SystemExit):
+            cli.main(argv + ["--engine-bits", bad])
+
+
 def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(monkeypatch,
                                                                               tmp_path):
     """``--tile-lanes 32,64 --floorplan-rows 0,2``: the top once per width and floorplan, the
