@@ -72,15 +72,13 @@ def _ints(text):
 
 
 def _engine_bits(text):
-    """``--engine-bits``: the lane engines' line bits, an even number from 2."""
+    """``--engine-bits``: the lane engines' line bits, as the engines take them."""
+    from ..hw.layouts import check_engine_line_bits
+
     try:
-        bits = int(text)
-    except ValueError:
-        bits = None
-    if bits is None or bits < 2 or bits % 2:
-        raise argparse.ArgumentTypeError(f"engine bits must be an even integer of at least 2, "
-                                         f"not {text!r}")
-    return bits
+        return check_engine_line_bits(int(text))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r}: {error}") from None
 
 
 def _grades(text):

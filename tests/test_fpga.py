@@ -1053,6 +1053,7 @@ def test_gate_counts_and_the_board_run_beside_the_blocks(monkeypatch, tmp_path):
     assert len(blocks) == len(report["blocks"]) and len(report["gates"]) == len(counted)
     assert report["board"] == {"error": "not built here"}
 
+
 def test_the_lane_engines_are_measured_at_one_tiles_width_unless_told(monkeypatch, tmp_path):
     """The engines' lanes never meet: by default the flow places and routes them at the
     first tile width, gates counted at the same width, and says so in the report;
@@ -1065,8 +1066,7 @@ def test_the_lane_engines_are_measured_at_one_tiles_width_unless_told(monkeypatc
     placed, counted = {}, {}
 
     def fake_measure(factory, module, work, **options):
-        placed[pathlib.Path(work).name] = (module, factory().line_bits
-                                           if hasattr(factory(), "line_bits") else None)
+        placed[pathlib.Path(work).name] = (module, getattr(factory(), "line_bits", None))
         return {"module": module, "grades": {}, "area": utilization(cells, None, GRADES["s6"])}
 
     def fake_gates(design, *, module, work):
@@ -1081,7 +1081,8 @@ def test_the_lane_engines_are_measured_at_one_tiles_width_unless_told(monkeypatc
     monkeypatch.setattr(cli, "_finish", lambda out, report, what, command: written.append(report))
     argv = ["ecp5", "--no-board", "--tile-lanes", "64,32", "--out", str(tmp_path)]
     for extra, bits in (([], 64), (["--engine-bits", "512"], 512), (["--engine-bits", "8"], 8)):
-        placed.clear(), counted.clear()
+        placed.clear()
+        counted.clear()
         assert cli.main(argv + extra) == 0
         for role in ("sign_count", "ternary_gate"):
             expected = (f"nfabric_{role}_l{bits}_w16_c5", bits)

@@ -22,7 +22,7 @@ class _Miter(Elaboratable):
     differ."""
 
     def __init__(self, component, width, inputs, output):
-        self.component, self.output = component, output
+        self.component, self.width, self.output = component, width, output
         self.inputs = {name: Signal(bits or width, name=name) for name, bits in inputs}
         self.differ = Signal(name="differ")
 
@@ -30,8 +30,7 @@ class _Miter(Elaboratable):
         m = Module()
         outputs = []
         for name, cells in (("generic", None), ("ecp5", "ecp5")):
-            m.submodules[name] = block = self.component(len(next(iter(self.inputs.values()))),
-                                                        cells=cells)
+            m.submodules[name] = block = self.component(self.width, cells=cells)
             m.d.comb += [getattr(block, port).eq(signal) for port, signal in self.inputs.items()]
             outputs.append(getattr(block, self.output))
         m.d.comb += self.differ.eq(outputs[0] != outputs[1])
