@@ -5,7 +5,7 @@ Amaranth writes RTLIL without source locations; Yosys turns processes into plain
 drops alias wires, gives the operands of comparisons, sums and differences one width and
 writes Verilog whose only attributes are the design's own (``keep``). Module names carry the parameters
 (``nfabric_l512_w16_c5_d64_n2``), its submodules' names theirs after two underscores at
-each level (``nfabric_l512_..._n2__tile_0__g0_fold_sign_count``). Beside the Verilog go
+each level (``nfabric_l512_..._n2__tile_0__g0_p0_fold_sign_count``). Beside the Verilog go
 what another flow needs to take it in: a file list (``.f``) and a Verilator configuration
 (``.vlt``) holding the only lint waivers the files need. The same inputs give
 byte-identical files, whatever the folder.

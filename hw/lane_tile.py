@@ -9,7 +9,7 @@ plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile t
 thing through four registered control words.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -25,7 +25,7 @@ from .sign_count import majority_layout
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
            "late_word_layout", "most_readout_lines", "LOOP_LAYOUT", "READ_WORD_STAGE",
            "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE", "LATE_WORD_STAGE",
-           "WRITE_STAGE", "FLAGS_STAGE"]
+           "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
 # control plane issues each word so that it is in the tile's own register at the stage
@@ -44,6 +44,9 @@ assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAG
 # The late word's fields are used at the readout's selects (the cycle after the fold) and at
 # the write-back, so it can leave the control plane a cycle after the fold word.
 assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
+
+#: Line bits per copy of a readout line's select register.
+SELECT_BITS = 4
 
 #: The fields of the fold loop, copied per pair of line bits.
 LOOP_LAYOUT = data.StructLayout({"from_last": 1, "clear": 1})
@@ -125,9 +128,11 @@ class LaneTile(wiring.Component):
     **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
     plane admits requests only when every buffer has room (credits), so a push never finds
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
-    **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes,
-    and the fold loop's fields (:data:`LOOP_LAYOUT`) per pair of line bits, all kept through
-    synthesis, so no control net reaches more than one group.
+    **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes;
+    the fold loop's fields (:data:`LOOP_LAYOUT`) and the comparisons' thresholds per pair of
+    line bits, the readout's selects per :data:`SELECT_BITS` line bits and the buffers'
+    pops per group, all kept through synthesis, so no control net reaches more than one
+    group.
 
     The slot RAM's read port returns don't-care on a same-row write in the same cycle: the
     tile never uses that data (it forwards), so synthesis needs no collision logic.
@@ -227,6 +232,9 @@ class LaneTile(wiring.Component):
         # ------------------------------------------------------------ control copies
         read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
         forward_layout = self.forward_word.shape()
+        threshold_layout = data.StructLayout({
+            "majority": fold_layout["majority"].shape,
+            "gate_less_one": fold_layout["gate_less_one"].shape})
         read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
         forward_word = Signal(forward_layout, name="tile_forward_word", reset_less=True,
                               attrs=KEEP)
@@ -314,13 +322,22 @@ class LaneTile(wiring.Component):
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
-            signs, terns = self._engines(m, f"g{g}_fold")
+            # So do the comparisons' thresholds, and each pair has its own engines: the
+            # comparisons read the fold's sum, and only the pair's own nets should pull
+            # their gates away from its carry chain.
+            engines = []
             row_in = []
             for pair in range(G // 2):
                 control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
                                  attrs=KEEP)
+                thresholds = Signal(threshold_layout, name=f"g{g}_p{pair}_thresholds",
+                                    reset_less=True, attrs=KEEP)
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
-                             control.clear.eq(fold_word.clear)]
+                             control.clear.eq(fold_word.clear),
+                             thresholds.majority.eq(fold_word.majority),
+                             thresholds.gate_less_one.eq(fold_word.gate_less_one)]
+                signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
+                engines.append((signs.o.payload, terns.o.payload))
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
                 if adds is not None:
                     # One adder, a carry chain, with the 2:1 choice in front of it: the
@@ -339,28 +356,35 @@ class LaneTile(wiring.Component):
                     # Each engine changes the row only when its route folds, so the result
                     # is the row with both engines' changes (a G-Ternary row's upper bits
                     # stay 0); the engines hold a lane that is full.
-                    counts = signs.o.payload.counts.as_value()[2 * CW * pair:2 * CW * (pair + 1)]
-                    sums = terns.o.payload.sums.as_value()[(CW + 1) * pair:(CW + 1) * (pair + 1)]
+                    counts = signs.o.payload.counts.as_value()
+                    sums = terns.o.payload.sums.as_value()
                     result = counts ^ _row_of_sums(sums ^ row_in[-1][:CW + 1], CW)
                 # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
                 with m.If(control.clear):
                     m.d.sync += row_new[bits].eq(0)
                 with m.Else():
                     m.d.sync += row_new[bits].eq(result)
+                line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
+                m.d.comb += [
+                    signs.i.payload.counts.eq(row_in[-1]),
+                    signs.i.payload.votes.eq(votes[line_bits]),
+                    signs.i.payload.fold.eq(-1),
+                    signs.i.payload.majority.eq(thresholds.majority),
+                    terns.i.payload.sums.eq(_sums_of_row(row_in[-1], CW)),
+                    terns.i.payload.codes.eq(codes[line_bits]),
+                    terns.i.payload.fold.eq(-1),
+                    terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
+                ]
             row_in = Cat(row_in)
-            m.d.comb += [
-                signs.i.payload.counts.eq(row_in),
-                signs.i.payload.votes.eq(votes[g * G:(g + 1) * G]),
-                signs.i.payload.fold.eq(-1),
-                terns.i.payload.sums.eq(_sums_of_row(row_in, CW)),
-                terns.i.payload.codes.eq(codes[g * G:(g + 1) * G]),
-                terns.i.payload.fold.eq(-1),
-            ]
+
+            def joined(route, field):
+                return Cat(payloads[route][field] for payloads in engines)
+
             # The lanes' flags are registered before they are ORed, off the fold's path.
             saturated = Signal(G + G // 2, name=f"g{g}_saturated", reset_less=True)
             invalid = Signal(G // 2, name=f"g{g}_invalid", reset_less=True)
-            m.d.sync += [saturated.eq(Cat(signs.o.payload.saturated, terns.o.payload.saturated)),
-                         invalid.eq(terns.o.payload.invalid)]
+            m.d.sync += [saturated.eq(Cat(joined(0, "saturated"), joined(1, "saturated"))),
+                         invalid.eq(joined(1, "invalid"))]
             flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
             m.d.sync += flags.eq(Cat(saturated.any(), invalid.any()))
             group_flags.append(flags)
@@ -370,18 +394,16 @@ class LaneTile(wiring.Component):
             # kept with the row; the next cycle only chooses the beat's line among the kept
             # bits, with selects decoded a cycle ahead. The lines that join two comparisons
             # (not a tie, the gated codes) are formed there, a gate off the fold cycle.
-            m.d.comb += [signs.i.payload.majority.eq(fold.majority),
-                         terns.i.payload.gate_less_one.eq(fold.gate_less_one)]
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
             kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
             kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
             kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
             kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
             with m.If(fold.capture):
-                m.d.sync += [kept.eq(row_in), kept_sign.eq(signs.o.payload.sign),
-                             kept_tie.eq(signs.o.payload.tie),
-                             kept_plus.eq(terns.o.payload.positive),
-                             kept_minus.eq(terns.o.payload.negative)]
+                m.d.sync += [kept.eq(row_in), kept_sign.eq(joined(0, "sign")),
+                             kept_tie.eq(joined(0, "tie")),
+                             kept_plus.eq(joined(1, "positive")),
+                             kept_minus.eq(joined(1, "negative"))]
             gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(G // 2))
             lines = {
                 **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
@@ -393,19 +415,23 @@ class LaneTile(wiring.Component):
             }
             # A bit that two readouts' lines share (a G-Ternary sum's bits are counter bits
             # of the same row) is one term of its tree, under the OR of their selects; each
-            # distinct set of lines has its own select register.
+            # distinct set of lines has its own select register, copied per SELECT_BITS
+            # line bits (kept, or synthesis would merge the copies): one select reaching a
+            # whole group's trees cost the most on its first hop.
             terms = readout_terms(fold.readout, fold.beat, lines)
             chosen = {}
             bit_terms = []
-            for shared in shared_bit_terms(terms):
+            for line_bit, shared in enumerate(shared_bit_terms(terms)):
                 bit_terms.append([])
+                copy = line_bit // SELECT_BITS
                 for indices, bit in shared:
-                    if indices not in chosen:
-                        chosen[indices] = Signal(
-                            name=f"g{g}_select_{'_'.join(map(str, indices))}", reset_less=True)
-                        m.d.sync += chosen[indices].eq(
+                    if (copy, indices) not in chosen:
+                        chosen[copy, indices] = Signal(
+                            name=f"g{g}_select{copy}_{'_'.join(map(str, indices))}",
+                            reset_less=True, attrs=KEEP)
+                        m.d.sync += chosen[copy, indices].eq(
                             Cat(terms[index][0] for index in indices).any() & ~late_word.quiet)
-                    bit_terms[-1].append((chosen[indices], bit))
+                    bit_terms[-1].append((chosen[copy, indices], bit))
             response_line.append(kept_select_bits(m, bit_terms, f"g{g}_line"))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
                      self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
@@ -415,10 +441,11 @@ class LaneTile(wiring.Component):
         # head's line is made here, not by a net reaching every tile.
         response_head = _ring(m, "responses", width=T + 1, depth=self.buffer_depth,
                               push=live & late.push_response,
-                              data=Cat(response_line, late.memory_read), pop=self.pop_response)
+                              data=Cat(response_line, late.memory_read), pop=self.pop_response,
+                              part_bits=G)
         memory_head = _ring(m, "requests", width=T, depth=self.buffer_depth,
                             push=live & late.push_memory, data=line[WRITE_STAGE],
-                            pop=self.pop_memory)
+                            pop=self.pop_memory, part_bits=G)
         m.d.comb += [
             self.o_response.eq(Mux(response_head[T], self.i_mem_data, response_head[:T])),
             self.o_memory.eq(memory_head),
@@ -455,21 +482,21 @@ class LaneTile(wiring.Component):
         return low, sign, high
 
     def _engines(self, m, name):
-        """Every route's engine (:data:`~.engines.ENGINES`) for one group of lanes, named
+        """Every route's engine (:data:`~.engines.ENGINES`) for one pair of line bits, named
         ``<name>_<role>``; returns the G-Binary and the G-Ternary engine."""
         built = {}
         for route, engine in ENGINES.items():
             # Each worker's vote or code folds once per slot (the contribution bitmap), so a
             # default-width counter never fills and the engines leave out saturation.
             built[route] = block = engine.component(
-                line_bits=self.group_lanes, max_workers=self.max_workers,
+                line_bits=2, max_workers=self.max_workers,
                 counter_bits=self.counter_bits, max_contributions=self.max_workers)
             m.submodules[f"{name}_{engine.role}"] = block
             m.d.comb += [block.i.valid.eq(1), block.o.ready.eq(1)]
         return built[Route.GBINARY], built[Route.GTERNARY]
 
 
-def _ring(m, name, *, width, depth, push, data, pop):
+def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     """A ring of ``depth`` entries in LUT RAM; returns the entry at its head.
 
     The control plane tells every tile to pop in the cycle its response or memory request
@@ -477,11 +504,12 @@ def _ring(m, name, *, width, depth, push, data, pop):
     is the entry after the read pointer while a pop is pending, so no pointer logic waits
     on a net that crosses the row. The control plane never lets a ring overflow (credits)
     or pops an empty one, and keeps the levels.
-    """
-    storage = memory.Memory(shape=unsigned(width), depth=depth, init=[])
-    m.submodules[name] = storage
-    write, read = storage.write_port(), storage.read_port(domain="comb")
 
+    The entries are kept in parts of ``part_bits`` bits (the last takes what remains), each
+    its own LUT RAM with its own copy of ``popped`` and of the head's address, so that each
+    group of lanes writes a ring part beside it: one address net reaching every LUT RAM of a
+    ring spread over the tile cost the most on its first hop.
+    """
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)
 
@@ -495,9 +523,24 @@ def _ring(m, name, *, width, depth, push, data, pop):
     m.d.sync += [popped.eq(pop), consume.eq(head), consume_next.eq(after(head))]
     with m.If(push):
         m.d.sync += produce.eq(after(produce))
-    m.d.comb += [write.addr.eq(produce), write.data.eq(data), write.en.eq(push),
-                 read.addr.eq(head)]
-    return read.data
+    data = Value.cast(data)
+    entry = []
+    bounds = list(range(0, width, part_bits))
+    if len(bounds) > 1 and width - bounds[-1] < part_bits:
+        bounds.pop()    # a short remainder joins the part before it
+    for part, low in enumerate(bounds):
+        bits = slice(low, bounds[part + 1] if part + 1 < len(bounds) else width)
+        storage = memory.Memory(shape=unsigned(bits.stop - low), depth=depth, init=[])
+        m.submodules[f"{name}_{part}"] = storage
+        write, read = storage.write_port(), storage.read_port(domain="comb")
+        part_popped = Signal(name=f"{name}_{part}_popped", attrs=KEEP)
+        part_head = Signal(range(depth), name=f"{name}_{part}_head", attrs=KEEP)
+        m.d.sync += part_popped.eq(pop)
+        m.d.comb += [part_head.eq(Mux(part_popped, consume_next, consume)),
+                     write.addr.eq(produce), write.data.eq(data[bits]), write.en.eq(push),
+                     read.addr.eq(part_head)]
+        entry.append(read.data)
+    return Cat(entry)
 
 
 def most_readout_lines(counter_bits):

