@@ -131,8 +131,8 @@ class LaneTile(wiring.Component):
     **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes;
     the fold loop's fields (:data:`LOOP_LAYOUT`) and the comparisons' thresholds per pair of
     line bits, the readout's selects per :data:`SELECT_BITS` line bits and the buffers'
-    pops per group, all kept through synthesis, so no control net reaches more than one
-    group.
+    head addresses per group, all kept through synthesis, so no control net reaches more
+    than one group.
 
     The slot RAM's read port returns don't-care on a same-row write in the same cycle: the
     tile never uses that data (it forwards), so synthesis needs no collision logic.
@@ -506,9 +506,10 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     or pops an empty one, and keeps the levels.
 
     The entries are kept in parts of ``part_bits`` bits (the last takes what remains), each
-    its own LUT RAM with its own copy of ``popped`` and of the head's address, so that each
-    group of lanes writes a ring part beside it: one address net reaching every LUT RAM of a
-    ring spread over the tile cost the most on its first hop.
+    its own LUT RAM with its own copy of the head's address, so that each group of lanes
+    writes a ring part beside it: one address net reaching every LUT RAM of a ring spread
+    over the tile cost the most on its first hop. ``popped`` stays one register a ring: the
+    pop crosses the die to it from the output port.
     """
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)
@@ -533,10 +534,8 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
         storage = memory.Memory(shape=unsigned(bits.stop - low), depth=depth, init=[])
         m.submodules[f"{name}_{part}"] = storage
         write, read = storage.write_port(), storage.read_port(domain="comb")
-        part_popped = Signal(name=f"{name}_{part}_popped", attrs=KEEP)
         part_head = Signal(range(depth), name=f"{name}_{part}_head", attrs=KEEP)
-        m.d.sync += part_popped.eq(pop)
-        m.d.comb += [part_head.eq(Mux(part_popped, consume_next, consume)),
+        m.d.comb += [part_head.eq(Mux(popped, consume_next, consume)),
                      write.addr.eq(produce), write.data.eq(data[bits]), write.en.eq(push),
                      read.addr.eq(part_head)]
         entry.append(read.data)
