@@ -232,9 +232,10 @@ class LaneTile(wiring.Component):
         # ------------------------------------------------------------ control copies
         read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
         forward_layout = self.forward_word.shape()
-        threshold_layout = data.StructLayout({
-            "majority": fold_layout["majority"].shape,
-            "gate_less_one": fold_layout["gate_less_one"].shape})
+        threshold_layout = data.StructLayout({name: fold_layout[name].shape for name in
+                                              ("majority", "gate_less_one")})
+        readout_layout = data.StructLayout({name: fold_layout[name].shape for name in
+                                            ("capture", "readout", "beat")})
         read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
         forward_word = Signal(forward_layout, name="tile_forward_word", reset_less=True,
                               attrs=KEEP)
@@ -248,9 +249,13 @@ class LaneTile(wiring.Component):
         # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers. The late word
         # comes a cycle after the fold word: the control plane registers the status before
         # it sends it across the die.
-        folding = Signal(fold_layout, name="tile_fold_word_folding", reset_less=True)
-        late = Signal(fold_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
-        m.d.sync += [folding.eq(fold_word), late.eq(folding)]
+        # Only the buffers' fields travel on: a copy of the whole word would keep registers
+        # that nothing reads.
+        buffer_layout = data.StructLayout({name: fold_layout[name].shape for name in
+                                           ("push_response", "push_memory", "memory_read")})
+        folding = Signal(buffer_layout, name="tile_fold_word_folding", reset_less=True)
+        late = Signal(buffer_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
+        m.d.sync += [folding.eq(_fields(fold_word, buffer_layout)), late.eq(folding)]
         late_layout = self.late_word.shape()
         late_word = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
         late_word_writing = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
@@ -308,8 +313,8 @@ class LaneTile(wiring.Component):
             low, high = g * G * CW, (g + 1) * G * CW
             forward = Signal(forward_layout, name=f"g{g}_forward_word", reset_less=True,
                              attrs=KEEP)
-            fold = Signal(fold_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
-            m.d.sync += [forward.eq(forward_word), fold.eq(fold_word)]
+            fold = Signal(readout_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
+            m.d.sync += [forward.eq(forward_word), fold.eq(_fields(fold_word, readout_layout))]
 
             # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
             # results two, three and four words ahead (one 4:1 choice, into a fabric
@@ -540,6 +545,12 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
                      read.addr.eq(part_head)]
         entry.append(read.data)
     return Cat(entry)
+
+
+def _fields(word, layout):
+    """The fields of ``word`` that ``layout`` (a struct of some of its fields, in order) names,
+    as one value of that layout's shape."""
+    return Cat(Value.cast(word[name]) for name in layout.members)
 
 
 def most_readout_lines(counter_bits):
