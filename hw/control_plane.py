@@ -334,7 +334,10 @@ class ControlPlane(wiring.Component):
 
         # The bitmaps are read as the word enters the word stage, and the read data is
         # registered (in a block RAM, its output register), in time for the status stage.
-        bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[])
+        # Asked for by name: a few kilobits (fewer than 16 workers) would otherwise become LUT
+        # RAM, whose read is a tree of LUTs after the row's address, not a clocked output.
+        bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[],
+                                attrs={"ram_style": "block"})
         m.submodules.bitmaps = bitmaps
         bitmaps_rd = bitmaps.read_port()
         bitmaps_wr = bitmaps.write_port()
