@@ -334,10 +334,11 @@ class ControlPlane(wiring.Component):
 
         # The bitmaps are read as the word enters the word stage, and the read data is
         # registered (in a block RAM, its output register), in time for the status stage.
-        # Asked for by name: a few kilobits (fewer than 16 workers) would otherwise become LUT
-        # RAM, whose read is a tree of LUTs after the row's address, not a clocked output.
+        # Asked for by name where the rows outnumber one LUT RAM's 16: a few kilobits (fewer
+        # than 16 workers) would otherwise become LUT RAM, whose read is then a tree of LUTs
+        # after the row's address, not a clocked output.
         bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[],
-                                attrs={"ram_style": "block"})
+                                attrs={"ram_style": "block"} if rows > 16 else None)
         m.submodules.bitmaps = bitmaps
         bitmaps_rd = bitmaps.read_port()
         bitmaps_wr = bitmaps.write_port()

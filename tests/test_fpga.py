@@ -1345,3 +1345,17 @@ def test_commands_side_by_side_keep_each_others_parts_of_the_report(monkeypatch,
     cli._finish(tmp_path, {}, "report", "report")
     assert fpga_report.load(tmp_path)["sweep"] == ["again"]
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"]   # nothing left aside
+
+
+@pytest.mark.parametrize("max_workers", [4, 16])
+def test_the_bitmaps_are_block_ram_however_few_the_workers(max_workers, tmp_path):
+    """The status reads the bitmaps through a block RAM's output register; left to itself,
+    Yosys puts a bitmap of a few workers in LUT RAM, and 128 rows of it read through a tree
+    of LUTs on the status's path."""
+    import dataclasses
+    from neuron_fabric.hw.control_plane import ControlPlane
+
+    params = dataclasses.replace(PRESETS["small"], depth=64, max_workers=max_workers,
+                                 counter_bits=None)
+    cells, _ = synthesize(ControlPlane(params=params), module="plane", work=tmp_path)
+    assert cells["dp16kd"] == 1
