@@ -30,6 +30,9 @@ __all__ = ["ControlPlane", "request_control_layout", "response_control_layout",
 #: The cycle after a request's transfer in which its status is decided (see ControlPlane).
 STATUS_STAGE = 3
 
+#: Rows of one LUT RAM (an ECP5 DPR16X4): a deeper memory read from LUT RAM is a tree of LUTs.
+LUT_RAM_ROWS = 16
+
 
 def request_control_layout(*, worker_bits):
     """The narrow part of a request: what the control plane decides from."""
@@ -334,11 +337,11 @@ class ControlPlane(wiring.Component):
 
         # The bitmaps are read as the word enters the word stage, and the read data is
         # registered (in a block RAM, its output register), in time for the status stage.
-        # Asked for by name where the rows outnumber one LUT RAM's 16: a few kilobits (fewer
+        # Asked for by name where the rows outnumber one LUT RAM's: a few kilobits (fewer
         # than 16 workers) would otherwise become LUT RAM, whose read is then a tree of LUTs
         # after the row's address, not a clocked output.
         bitmaps = memory.Memory(shape=unsigned(MW), depth=rows, init=[],
-                                attrs={"ram_style": "block"} if rows > 16 else None)
+                                attrs={"ram_style": "block"} if rows > LUT_RAM_ROWS else None)
         m.submodules.bitmaps = bitmaps
         bitmaps_rd = bitmaps.read_port()
         bitmaps_wr = bitmaps.write_port()

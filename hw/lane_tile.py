@@ -232,16 +232,18 @@ class LaneTile(wiring.Component):
         # ------------------------------------------------------------ control copies
         read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
         forward_layout = self.forward_word.shape()
-        threshold_layout = data.StructLayout({name: fold_layout[name].shape for name in
-                                              ("majority", "gate_less_one")})
-        readout_layout = data.StructLayout({name: fold_layout[name].shape for name in
-                                            ("capture", "readout", "beat")})
         read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
         forward_word = Signal(forward_layout, name="tile_forward_word", reset_less=True,
                               attrs=KEEP)
         fold_word = Signal(fold_layout, name="tile_fold_word", reset_less=True, attrs=KEEP)
         m.d.sync += [read_word.eq(self.read_word), forward_word.eq(self.forward_word),
                      fold_word.eq(self.fold_word)]
+        # The copies nearer the lanes hold only the fields their stage reads: a copy of the
+        # whole word would keep registers that nothing reads.
+        threshold_layout, threshold_fields = _part(fold_word, "majority", "gate_less_one")
+        readout_layout, readout_fields = _part(fold_word, "capture", "readout", "beat")
+        buffer_layout, buffer_fields = _part(fold_word, "push_response", "push_memory",
+                                             "memory_read")
         row_at = {READ_WORD_STAGE: read_word.row}
         for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
             row_at[stage] = Signal.like(read_word.row, name=f"row_{stage}", reset_less=True)
@@ -249,13 +251,9 @@ class LaneTile(wiring.Component):
         # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers. The late word
         # comes a cycle after the fold word: the control plane registers the status before
         # it sends it across the die.
-        # Only the buffers' fields travel on: a copy of the whole word would keep registers
-        # that nothing reads.
-        buffer_layout = data.StructLayout({name: fold_layout[name].shape for name in
-                                           ("push_response", "push_memory", "memory_read")})
         folding = Signal(buffer_layout, name="tile_fold_word_folding", reset_less=True)
         late = Signal(buffer_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
-        m.d.sync += [folding.eq(_fields(fold_word, buffer_layout)), late.eq(folding)]
+        m.d.sync += [folding.eq(buffer_fields), late.eq(folding)]
         late_layout = self.late_word.shape()
         late_word = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
         late_word_writing = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
@@ -314,7 +312,7 @@ class LaneTile(wiring.Component):
             forward = Signal(forward_layout, name=f"g{g}_forward_word", reset_less=True,
                              attrs=KEEP)
             fold = Signal(readout_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
-            m.d.sync += [forward.eq(forward_word), fold.eq(_fields(fold_word, readout_layout))]
+            m.d.sync += [forward.eq(forward_word), fold.eq(readout_fields)]
 
             # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
             # results two, three and four words ahead (one 4:1 choice, into a fabric
@@ -339,8 +337,7 @@ class LaneTile(wiring.Component):
                                     reset_less=True, attrs=KEEP)
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.clear.eq(fold_word.clear),
-                             thresholds.majority.eq(fold_word.majority),
-                             thresholds.gate_less_one.eq(fold_word.gate_less_one)]
+                             thresholds.eq(threshold_fields)]
                 signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
                 engines.append((signs.o.payload, terns.o.payload))
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
@@ -547,10 +544,11 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     return Cat(entry)
 
 
-def _fields(word, layout):
-    """The fields of ``word`` that ``layout`` (a struct of some of its fields, in order) names,
-    as one value of that layout's shape."""
-    return Cat(Value.cast(word[name]) for name in layout.members)
+def _part(word, *names):
+    """``(layout, value)``: the struct layout of the fields ``names`` of ``word`` (a struct
+    view), in that order, and those fields' bits as one value of that layout."""
+    layout = data.StructLayout({name: word.shape()[name].shape for name in names})
+    return layout, Cat(Value.cast(word[name]) for name in names)
 
 
 def most_readout_lines(counter_bits):
