@@ -38,7 +38,6 @@ import os
 import pathlib
 import resource
 import statistics
-import tempfile
 import time
 
 import numpy as np
@@ -50,6 +49,7 @@ from ..golden.validate import check_int
 from ..host import hooks as _hooks
 from ..host import roles as _roles
 from ..host import runtime as _runtime
+from .workers import launch, process_group
 
 __all__ = ["SETTINGS", "TARGET_MODEL", "TARGET_RATIO", "GradBucket", "Job", "plan",
            "synthetic_gradients", "measure", "run", "verdict", "markdown", "write_report"]
@@ -220,10 +220,7 @@ def _time_settings(job, tree, buckets, masters):
 
 
 def _worker(rank, workers, init_file, job, messages):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=workers)
-    try:
+    with process_group(rank, workers, init_file):
         tree = _ParameterTree(job.shapes)
         params = dict(tree.named_parameters())
         order = {name: index for index, (name, _) in enumerate(job.shapes)}
@@ -252,8 +249,6 @@ def _worker(rank, workers, init_file, job, messages):
                                      f"step{ratio}"))
             messages.put(("result", {"gradient_bytes_per_worker": gradient_bytes,
                                      "peak_rss_bytes": peak, "settings": results}))
-    finally:
-        dist.destroy_process_group()
 
 
 def _summarize(everyone, *, steps):
@@ -296,21 +291,16 @@ def _spawn(job, workers, log):
             else:
                 result = payload
 
-    with tempfile.TemporaryDirectory(prefix="nfab-hook-cost-") as folder:
-        # One BLAS thread per worker: the workers already outnumber the cores.
-        os.environ.update({name: "1" for name in _THREAD_VARIABLES})
-        try:
-            context = mp.spawn(_worker, args=(workers, os.path.join(folder, "store"), job,
-                                              messages), nprocs=workers, join=False)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-        while not context.join(timeout=0.2):
-            drain()
-        drain()
+    # One BLAS thread per worker: the workers already outnumber the cores.
+    os.environ.update({name: "1" for name in _THREAD_VARIABLES})
+    try:
+        launch(_worker, workers=workers, args=(job, messages), poll=drain)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     if result is None:
         raise RuntimeError(f"the workers timing {job.model} ended without a result")
     return result

@@ -36,7 +36,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import pathlib
 import sys
 import tempfile
@@ -45,18 +44,18 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
 from ..host import hooks as _hooks
 from ..host import roles as _roles
 from ..host import runtime as _runtime
 from . import workloads as _workloads
+from .workers import launch, process_group
 from ..golden.validate import check_int
 from ..golden.formats import READOUT_SPECS, Readout, readout_lines_per_slot, readout_route, route_lanes
 from ..golden.params import FabricParams
 
-__all__ = ["Arm", "ARMS", "QUICK", "TARGETS", "launch", "run", "main"]
+__all__ = ["Arm", "ARMS", "QUICK", "TARGETS", "run", "main"]
 
 # Model settings of the checks. The digits CNN is wider than the trace capture's so that the
 # head, norms and biases (kept on FP32 by the layer-aware profiles) are under 1% of the
@@ -154,27 +153,6 @@ TARGETS = (
     ("char_lm/layer_gbinary-noef", "loss_gap_relative", 0.05),
     ("hard/runtime", "accuracy_gap_points", 1.0),
 )
-
-
-# ---------------------------------------------------------------------------- processes
-
-def launch(fn, *, workers, args=()):
-    """Run ``fn(rank, workers, init_file, *args)`` in ``workers`` spawned processes.
-
-    ``fn`` must be importable (a module-level function). The processes join through a
-    ``file://`` store in a fresh temporary folder; an exception in any of them is raised here.
-    """
-    workers = check_int("workers", workers, low=1, high=64)
-    with tempfile.TemporaryDirectory(prefix="nfab-dist-") as folder:
-        init_file = os.path.join(folder, "store")
-        mp.spawn(fn, args=(workers, init_file) + tuple(args), nprocs=workers, join=True)
-
-
-def _init(rank, workers, init_file):
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=workers)
 
 
 # ---------------------------------------------------------------------------- one arm
@@ -300,12 +278,10 @@ def _shard_by_label(data, workers):
 
 
 def _worker(rank, workers, init_file, arm_dicts, seed, quick, eval_every, result_dir):
-    _init(rank, workers, init_file)
-
     def log(text):
         print(text, flush=True)
 
-    try:
+    with process_group(rank, workers, init_file, deterministic=True):
         for index, fields in enumerate(arm_dicts):
             inject = tuple(fields["inject_nan"]) if fields["inject_nan"] else None
             arm = Arm(**{**fields, "model": dict(fields["model"]), "inject_nan": inject})
@@ -316,8 +292,6 @@ def _worker(rank, workers, init_file, arm_dicts, seed, quick, eval_every, result
             if rank == 0:
                 path = pathlib.Path(result_dir) / f"{index:02d}.json"
                 path.write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------- report

@@ -44,7 +44,8 @@ from ..sim.device import RtlDevice
 from ..sim.manifest import Manifest, top_folder
 from ..sim.scenarios import Timing
 from . import workloads as _workloads
-from .train_check import CHAR_LM, DIGITS, _init, launch
+from .train_check import CHAR_LM, DIGITS
+from .workers import WorkerError, launch, process_group
 
 __all__ = ["Run", "RUNS", "ParameterMismatch", "run", "main"]
 
@@ -161,12 +162,10 @@ def _train(spec, *, rank, workers, seed, verilog, library, log):
 
 
 def _worker(rank, workers, init_file, spec_dicts, seed, verilog, library, result_dir):
-    _init(rank, workers, init_file)
-
     def log(text):
         print(text, flush=True)
 
-    try:
+    with process_group(rank, workers, init_file, deterministic=True):
         for index, fields in enumerate(spec_dicts):
             spec = Run(**fields)
             if rank == 0:
@@ -176,14 +175,13 @@ def _worker(rank, workers, init_file, spec_dicts, seed, verilog, library, result
                 result = _train(spec, rank=rank, workers=workers, seed=seed, verilog=verilog,
                                 library=library, log=log)
             except ParameterMismatch as error:
-                if rank == 0:
-                    path = pathlib.Path(result_dir) / "mismatch.json"
-                    path.write_text(json.dumps(error.fields, indent=2) + "\n")
+                # Every worker sees the same parameters, so each writes what it found: the
+                # first to fail takes the others down, and its file is the one that counts.
+                path = pathlib.Path(result_dir) / f"mismatch-{rank}.json"
+                path.write_text(json.dumps(error.fields, indent=2) + "\n")
                 raise
             if rank == 0:
                 (pathlib.Path(result_dir) / f"{index:02d}.json").write_text(json.dumps(result))
-    finally:
-        dist.destroy_process_group()
 
 
 def _markdown(report):
@@ -251,8 +249,8 @@ def run(out, *, verilog, workers=4, seed=0, steps=None, only=None, library=None,
         launch(_worker, workers=workers,
                args=([dataclasses.asdict(s) for s in specs], seed, str(verilog), str(library),
                      str(results_dir)))
-    except Exception:
-        mismatch = results_dir / "mismatch.json"
+    except WorkerError as error:
+        mismatch = results_dir / f"mismatch-{error.rank}.json"
         if mismatch.is_file():
             fields = json.loads(mismatch.read_text())
             (out / "mismatch.json").write_text(mismatch.read_text())
