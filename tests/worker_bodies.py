@@ -1,7 +1,6 @@
 """Worker functions for the process tests: importable by name, as spawned workers need."""
 
 import os
-import pathlib
 import signal
 import threading
 import time
@@ -12,13 +11,13 @@ import torch.distributed as dist
 from neuron_fabric.experiments.workers import process_group
 
 
-def sum_ranks(rank, workers, init_file, out):
-    """Every worker adds its rank; worker 0 writes the total."""
+def sum_ranks(rank, workers, init_file, messages):
+    """Every worker adds its rank; worker 0 sends the total, just before it ends."""
     with process_group(rank, workers, init_file):
         total = torch.tensor([float(rank)])
         dist.all_reduce(total)
         if rank == 0:
-            pathlib.Path(out).write_text(f"{int(total.item())}\n")
+            messages.put(int(total.item()))
 
 
 def one_fails_while_the_others_wait(rank, workers, init_file, failing):
