@@ -20,8 +20,8 @@ from .csr import CSRBlock, field_port, written_port
 from .lane_logic import KEEP, kept, kept_halves, kept_tree
 from .layouts import CSRBusSignature, readout_lines
 from .lane_tile import (FLAGS_STAGE, Source, fold_word_layout, forward_word_layout,
-                        late_word_layout, most_readout_lines, read_word_layout)
-from .sign_count import majority_thresholds
+                        late_word_layout, low_threshold, most_readout_lines, read_word_layout)
+from .sign_count import majority_layout, majority_thresholds
 from .ternary_gate import gate_less_one
 
 __all__ = ["ControlPlane", "request_control_layout", "response_control_layout",
@@ -452,6 +452,8 @@ class ControlPlane(wiring.Component):
         # written back; a refused write's flags are dropped below.
         writes_window = request & s["claimed"] & is_write
         fold_word = Signal.like(self.fold_words[0], name="fold_word_next")
+        majority = data.View(majority_layout(MW), majority_thresholds(num_workers, max_workers=MW))
+        gate_threshold = gate_less_one(reg("GATE", "GATE"), counter_bits=p.counter_bits)
         m.d.comb += [
             fold_word.fold_gbinary.eq(writes_window & gbinary),
             fold_word.fold_gternary.eq(writes_window & ~gbinary),
@@ -459,9 +461,9 @@ class ControlPlane(wiring.Component):
             fold_word.from_last.eq(from_w1),
             fold_word.capture.eq(~s["beat_word"]),
             fold_word.readout.eq(s["readout"]),
-            fold_word.majority.eq(majority_thresholds(num_workers, max_workers=MW)),
-            fold_word.gate_less_one.eq(gate_less_one(reg("GATE", "GATE"),
-                                                          counter_bits=p.counter_bits)),
+            fold_word.majority.eq(majority),
+            fold_word.gate_less_one.eq(gate_threshold),
+            fold_word.low_threshold.eq(low_threshold(s["readout"], majority, gate_threshold)),
             fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
             fold_word.push_response.eq(request | beat_answers),
             fold_word.push_memory.eq(request & to_memory),
@@ -588,22 +590,30 @@ class ControlPlane(wiring.Component):
         m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2) & has_room)
 
         # ------------------------------------------------------------ flags and counters
-        w1_request = Signal()
+        # A request's flags and counts follow its status by a cycle. The tests' answers are
+        # registered as they are (no gate between them and the register), and the counters'
+        # events are formed from the registers: the block RAM's tests end the status cycle.
+        w1 = {name: Signal(name=f"w1_{name}") for name in
+              ("request", "asks_duplicate", "duplicate", "not_ready", "to_memory",
+               "bad_request")}
+        w1_route = Signal.like(s["route"], name="w1_route")
+        m.d.sync += [w1["request"].eq(request), w1["asks_duplicate"].eq(asks_duplicate),
+                     w1["duplicate"].eq(is_duplicate), w1["not_ready"].eq(not_ready),
+                     w1["to_memory"].eq(to_memory),
+                     w1["bad_request"].eq(decided_status == Status.BAD_REQUEST),
+                     w1_route.eq(s["route"])]
+        w1_request = w1["request"]
         events = {
-            **{spec.lines_counter: fold & (s["route"] == spec.route)
-               for spec in ROUTE_SPECS.values()},
-            "FP32_LINES": to_memory,
+            **{spec.lines_counter: w1["asks_duplicate"] & ~w1["duplicate"]
+               & (w1_route == spec.route) for spec in ROUTE_SPECS.values()},
+            "FP32_LINES": w1["to_memory"],
             "RESPONSES": 1,
-            "NOT_READY_COUNT": not_ready,
-            "DUPLICATE_COUNT": is_duplicate,
-            "BAD_REQUEST_COUNT": decided_status == Status.BAD_REQUEST,
+            "NOT_READY_COUNT": w1["not_ready"],
+            "DUPLICATE_COUNT": w1["duplicate"],
+            "BAD_REQUEST_COUNT": w1["bad_request"],
         }
-        names = tuple(events)
-        w1_events = Signal(len(names))
         w1_flags = Signal(len(flags))
-        m.d.sync += [w1_request.eq(request),
-                     w1_events.eq(Cat(events[name] for name in names)),
-                     w1_flags.eq(Cat(flags.values()))]
+        m.d.sync += w1_flags.eq(Cat(flags.values()))
         for flag, bit in zip(flags, w1_flags):
             m.d.comb += getattr(regs, f"errors_{flag.lower()}_set").eq(w1_request & bit)
         m.d.comb += [regs.errors_saturated_set.eq(fold_saturated),
@@ -616,7 +626,7 @@ class ControlPlane(wiring.Component):
             elif name in invalid_counters:
                 event = fold_invalid
             else:
-                event = w1_request & w1_events[names.index(name)]
+                event = w1_request & events[name]
             with m.If(regs.control_clear_counters):
                 m.d.sync += counter.eq(0)
             with m.Elif(event):

@@ -15,17 +15,19 @@ from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
+from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
 from .row_cells import check_cells, choose_and_add, choose_of_four
-from .lane_logic import KEEP, kept_select_bits, readout_terms, shared_bit_terms
+from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
+                         kept_select_bits, readout_terms, shared_bit_terms, widen)
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
                       sum_layout, ternary_code)
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
-           "late_word_layout", "most_readout_lines", "LOOP_LAYOUT", "READ_WORD_STAGE",
-           "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE", "LATE_WORD_STAGE",
-           "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
+           "late_word_layout", "low_threshold", "most_readout_lines", "LOOP_LAYOUT",
+           "READ_WORD_STAGE", "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE",
+           "LATE_WORD_STAGE", "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
 
 # The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
 # control plane issues each word so that it is in the tile's own register at the stage
@@ -84,7 +86,9 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
     complete): a word folds or clears its row as if it will be written back, and the late
     word (:func:`late_word_layout`) says a cycle later whether it is. The readout's
     thresholds arrive computed (``majority`` from NUM_WORKERS, ``gate_less_one`` from
-    GATE), so no tile repeats that arithmetic.
+    GATE), so no tile repeats that arithmetic; ``low_threshold`` is the one a pair of line
+    bits compares its low ``C`` row bits with, chosen by the readout's route
+    (:func:`low_threshold`).
     """
     return data.StructLayout({
         "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
@@ -95,11 +99,21 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "readout": Readout,   # the readout kind
         "majority": majority_layout(max_workers),
         "gate_less_one": unsigned(counter_bits),
+        "low_threshold": unsigned(counter_bits),
         "beat": range(max(2, readout_lines)),  # which readout line this word answers
         "push_response": 1,   # this word answers a beat
         "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
         "push_memory": 1,     # this word is a memory request (its line goes downstream)
     })
+
+
+def low_threshold(readout, majority, gate_less_one):
+    """The threshold a pair of line bits compares its low ``C`` row bits with: the low
+    G-Binary lane's counter is compared with ``N // 2`` (``majority.above``) for a ``SIGN``
+    or ``TERNARY`` readout, the G-Ternary sum's low bits with ``gate_less_one`` for
+    ``GATED``. A readout uses one route's comparisons, so one tree a pair serves both."""
+    width = len(gate_less_one)
+    return Mux(readout == Readout.GATED, gate_less_one, widen(majority.above, width)[:width])
 
 
 def late_word_layout():
@@ -240,7 +254,10 @@ class LaneTile(wiring.Component):
                      fold_word.eq(self.fold_word)]
         # The copies nearer the lanes hold only the fields their stage reads: a copy of the
         # whole word would keep registers that nothing reads.
-        threshold_layout, threshold_fields = _part(fold_word, "majority", "gate_less_one")
+        if self.saturates:
+            threshold_layout, threshold_fields = _part(fold_word, "majority", "gate_less_one")
+        else:
+            threshold_layout, threshold_fields = _pair_thresholds(fold_word, CW)
         readout_layout, readout_fields = _part(fold_word, "capture", "readout", "beat")
         buffer_layout, buffer_fields = _part(fold_word, "push_response", "push_memory",
                                              "memory_read")
@@ -289,17 +306,19 @@ class LaneTile(wiring.Component):
                      slots_wr.en.eq(late_word_writing.write_row)]
 
         # The line's votes and codes, masked a cycle before the fold: a lane of a route that
-        # does not fold sees a zero vote or code, so its engine passes the row through and
-        # neither a fold enable nor the route sits in the fold loop. A write that is refused
-        # folds too; its row is not written back, and the control plane drops its flags.
-        votes = Signal(T, name="votes", reset_less=True)
-        codes = Signal(T, name="codes", reset_less=True)
-        m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
-                     codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
-        # Where no lane can saturate, each pair of line bits folds with one adder over its
-        # part of the row (see ``_pair_addend``); its addend is worked out here, a cycle early.
-        adds = self._fold_adds(m, line[FOLD_STAGE - 1], fold_word) if not self.saturates \
-            else None
+        # does not fold sees a zero vote or code, so neither a fold enable nor the route sits
+        # in the fold loop. A write that is refused folds too; its row is not written back,
+        # and the control plane drops its flags. Where no lane can saturate, each pair of
+        # line bits folds with one adder over its part of the row (see ``_pair_addend``),
+        # whose addend is worked out here; otherwise the engines fold the votes and codes.
+        if self.saturates:
+            adds = None
+            votes = Signal(T, name="votes", reset_less=True)
+            codes = Signal(T, name="codes", reset_less=True)
+            m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
+                         codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
+        else:
+            adds = self._fold_adds(m, line[FOLD_STAGE - 1], fold_word)
 
         # ------------------------------------------------------------ lane groups
         # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
@@ -325,10 +344,10 @@ class LaneTile(wiring.Component):
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
-            # So do the comparisons' thresholds, and each pair has its own engines: the
-            # comparisons read the fold's sum, and only the pair's own nets should pull
-            # their gates away from its carry chain.
-            engines = []
+            # So do the comparisons' thresholds, and each pair has its own comparison trees:
+            # they read the fold's sum, and only the pair's own nets should pull their gates
+            # away from its carry chain.
+            tests = []   # per pair: the readout's comparisons and the lanes' flags
             row_in = []
             for pair in range(G // 2):
                 control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
@@ -338,9 +357,8 @@ class LaneTile(wiring.Component):
                 m.d.sync += [control.from_last.eq(fold_word.from_last),
                              control.clear.eq(fold_word.clear),
                              thresholds.eq(threshold_fields)]
-                signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
-                engines.append((signs.o.payload, terns.o.payload))
                 bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
+                line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
                 if adds is not None:
                     # One adder, a carry chain, with the 2:1 choice in front of it: the
                     # pair's line bits as two G-Binary lanes or one G-Ternary lane are each
@@ -348,12 +366,23 @@ class LaneTile(wiring.Component):
                     # the sum is the row it read: the readout keeps and compares the sum.
                     lane = (g * G) // 2 + pair
                     result = choose_and_add(
-                        m, addend=_pair_addend(*(a[lane] for a in adds), CW),
+                        m, addend=_pair_addend(adds.low[lane], adds.sign[lane],
+                                               adds.high[lane], CW),
                         from_last=control.from_last, last=row_new[bits],
                         chosen=row_chosen[bits], cells=self.cells,
                         name=f"g{g}_p{pair}_fold")
                     row_in.append(result)
+                    tests.append(_pair_tests(m, result, thresholds, adds.invalid[lane], CW,
+                                             f"g{g}_p{pair}"))
                 else:
+                    signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
+                    tests.append({
+                        "sign": signs.o.payload.sign, "tie": signs.o.payload.tie,
+                        "positive": terns.o.payload.positive,
+                        "negative": terns.o.payload.negative,
+                        "saturated": Cat(signs.o.payload.saturated,
+                                         terns.o.payload.saturated),
+                        "invalid": terns.o.payload.invalid})
                     row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
                     # Each engine changes the row only when its route folds, so the result
                     # is the row with both engines' changes (a G-Ternary row's upper bits
@@ -366,27 +395,27 @@ class LaneTile(wiring.Component):
                     m.d.sync += row_new[bits].eq(0)
                 with m.Else():
                     m.d.sync += row_new[bits].eq(result)
-                line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
-                m.d.comb += [
-                    signs.i.payload.counts.eq(row_in[-1]),
-                    signs.i.payload.votes.eq(votes[line_bits]),
-                    signs.i.payload.fold.eq(-1),
-                    signs.i.payload.majority.eq(thresholds.majority),
-                    terns.i.payload.sums.eq(_sums_of_row(row_in[-1], CW)),
-                    terns.i.payload.codes.eq(codes[line_bits]),
-                    terns.i.payload.fold.eq(-1),
-                    terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
-                ]
+                if adds is None:
+                    m.d.comb += [
+                        signs.i.payload.counts.eq(row_in[-1]),
+                        signs.i.payload.votes.eq(votes[line_bits]),
+                        signs.i.payload.fold.eq(-1),
+                        signs.i.payload.majority.eq(thresholds.majority),
+                        terns.i.payload.sums.eq(_sums_of_row(row_in[-1], CW)),
+                        terns.i.payload.codes.eq(codes[line_bits]),
+                        terns.i.payload.fold.eq(-1),
+                        terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
+                    ]
             row_in = Cat(row_in)
 
-            def joined(route, field):
-                return Cat(payloads[route][field] for payloads in engines)
+            def joined(field):
+                return Cat(pair_tests[field] for pair_tests in tests)
 
             # The lanes' flags are registered before they are ORed, off the fold's path.
-            saturated = Signal(G + G // 2, name=f"g{g}_saturated", reset_less=True)
+            saturated = Signal(len(joined("saturated")), name=f"g{g}_saturated",
+                               reset_less=True)
             invalid = Signal(G // 2, name=f"g{g}_invalid", reset_less=True)
-            m.d.sync += [saturated.eq(Cat(joined(0, "saturated"), joined(1, "saturated"))),
-                         invalid.eq(joined(1, "invalid"))]
+            m.d.sync += [saturated.eq(joined("saturated")), invalid.eq(joined("invalid"))]
             flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
             m.d.sync += flags.eq(Cat(saturated.any(), invalid.any()))
             group_flags.append(flags)
@@ -402,10 +431,9 @@ class LaneTile(wiring.Component):
             kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
             kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
             with m.If(fold.capture):
-                m.d.sync += [kept.eq(row_in), kept_sign.eq(joined(0, "sign")),
-                             kept_tie.eq(joined(0, "tie")),
-                             kept_plus.eq(joined(1, "positive")),
-                             kept_minus.eq(joined(1, "negative"))]
+                m.d.sync += [kept.eq(row_in), kept_sign.eq(joined("sign")),
+                             kept_tie.eq(joined("tie")), kept_plus.eq(joined("positive")),
+                             kept_minus.eq(joined("negative"))]
             gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(G // 2))
             lines = {
                 **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
@@ -463,8 +491,9 @@ class LaneTile(wiring.Component):
                                  sum_limit(self.max_workers, self.counter_bits)))
 
     def _fold_adds(self, m, line, fold_word):
-        """The registered addend bits of every pair of line bits (:func:`_pair_addend`):
-        ``(low, sign, high)``, from the line and the word's route, a cycle before the fold.
+        """The registered addend bits of every pair of line bits (:func:`_pair_addend`),
+        ``low``, ``sign`` and ``high``, and ``invalid`` (a G-Ternary write's code is
+        invalid), from the line and the word's route, a cycle before the fold.
 
         A pair's two line bits are, in a G-Binary window, the votes of two lanes, whose
         counters sit side by side in the pair's ``2C`` row bits (low and high); in a
@@ -473,15 +502,17 @@ class LaneTile(wiring.Component):
         (invalid) and ``00`` add 0. A word that does not fold its route adds 0.
         """
         pairs = self.tile_lanes // 2
-        low, sign, high = (Signal(pairs, name=f"add_{name}", reset_less=True)
-                           for name in ("low", "sign", "high"))
+        adds = Signal(data.StructLayout({name: pairs for name in
+                                         ("low", "sign", "high", "invalid")}),
+                      name="adds", reset_less=True)
         gbinary, gternary = fold_word.fold_gbinary, fold_word.fold_gternary
         for t in range(pairs):
             first, second = line[2 * t], line[2 * t + 1]
             minus = gternary & first & second
-            m.d.sync += [low[t].eq(first & (gbinary | gternary)), sign[t].eq(minus),
-                         high[t].eq((gbinary & second) | minus)]
-        return low, sign, high
+            m.d.sync += [adds.low[t].eq(first & (gbinary | gternary)), adds.sign[t].eq(minus),
+                         adds.high[t].eq((gbinary & second) | minus),
+                         adds.invalid[t].eq(gternary & (Cat(first, second) == INVALID_CODE))]
+        return adds
 
     def _engines(self, m, name):
         """Every route's engine (:data:`~.engines.ENGINES`) for one pair of line bits, named
@@ -542,6 +573,54 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
                      read.addr.eq(part_head)]
         entry.append(read.data)
     return Cat(entry)
+
+
+def _pair_thresholds(word, counter_bits):
+    """``(layout, value)`` of a pair's copy of the thresholds (:func:`_pair_tests`), from
+    the fold word ``word``: ``low`` (its ``low_threshold``), ``above`` (``N // 2`` below
+    the counter's top bit), ``odd`` (``N`` is odd) and ``gate_less_one``."""
+    C = counter_bits
+    majority = word.majority
+    layout = data.StructLayout({"low": C, "above": C - 1, "odd": 1, "gate_less_one": C})
+    return layout, Cat(word.low_threshold, widen(majority.above, C - 1)[:C - 1],
+                       majority.above[0] ^ majority.below[0], word.gate_less_one)
+
+
+def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
+    """The readout's comparisons of a pair of line bits whose lanes cannot fill, on the
+    fold's result ``row`` (``2C`` bits), and its flags: ``{"sign", "tie"}`` (a bit per
+    G-Binary lane), ``{"positive", "negative"}`` (the G-Ternary lane's ``GATED`` code) and
+    ``{"saturated", "invalid"}`` (``invalid``: the folded code was invalid, tested with the
+    addend).
+
+    Three comparison trees (:func:`~.lane_logic.kept_compare`), where each route alone
+    needs two. The low ``C`` bits are the low G-Binary counter and the G-Ternary sum's low
+    bits, and a readout uses one route's answers, so one tree compares them with the
+    threshold the control plane chose for the readout (:func:`low_threshold`): its
+    "greater" is the low lane's ``SIGN`` bit, or with the sum's sign clear the ``+1``.
+    The high lane's tree compares the ``C - 1`` bits below its top bit with ``N // 2``
+    (``N // 2 < 2**(C-1)`` where a counter holds MAX_WORKERS, so the top bit alone says
+    above), and the ``-1`` test compares the low bits with ``~gate_less_one``
+    (docs/design.md, "Lane tiles"). Each answer is one kept gate after its tree.
+    """
+    C = counter_bits
+    low, high, sign = row[:C], row[C:2 * C], row[C]
+    top = high[C - 1]
+    first = kept_compare(m, low, thresholds.low, f"{name}_low")
+    second = kept_compare(m, high[:C - 1], thresholds.above, f"{name}_high")
+    within = kept_compare(m, low, ~thresholds.gate_less_one, f"{name}_within")
+    odd = thresholds.odd
+    return {
+        "sign": Cat(kept(m, joined_greater(first), f"{name}_low_sign"),
+                    kept(m, top | joined_greater(second), f"{name}_high_sign")),
+        "tie": Cat(kept(m, joined_equal(first) & ~odd, f"{name}_low_tie"),
+                   kept(m, ~top & joined_equal(second) & ~odd, f"{name}_high_tie")),
+        "positive": kept(m, ~sign & joined_greater(first), f"{name}_positive"),
+        "negative": kept(m, sign & ~joined_greater(within), f"{name}_negative"),
+        # No lane fills: the engines fold where one could.
+        "saturated": Const(0, 3),
+        "invalid": invalid,
+    }
 
 
 def _part(word, *names):

@@ -44,14 +44,16 @@ def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, se
 def plant_inverted_tie_rule(source, target):
     """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
 
-    Each sign-count engine's lane ``k`` joins its comparison tree in ``lane<k>_sign``
-    (``n > N // 2``) and ``lane<k>_tie`` (``2n == N``); the planted sign also takes the tie,
-    which differs for an even N only: a tie then reads negative.
+    Each pair of line bits in a tile joins a G-Binary lane's comparison tree in
+    ``g<g>_p<p>_<low|high>_sign`` (``n > N // 2``) and ``..._tie`` (``2n == N``); a
+    sign-count engine's lane ``k`` (where counters can fill) in ``lane<k>_sign`` and
+    ``lane<k>_tie``. The planted sign also takes the tie, which differs for an even N only:
+    a tie then reads negative.
     """
     text = source.read_text(encoding="utf-8")
-    planted, count = re.subn(r"assign (lane\d+)_sign = ([^;]+);",
+    planted, count = re.subn(r"assign (lane\d+|g\d+_p\d+_(?:low|high))_sign = ([^;]+);",
                              r"assign \1_sign = \2 | \1_tie;", text)
-    assert count >= 1, "expected the sign-count engines' majority comparisons"
+    assert count >= 1, "expected the G-Binary lanes' majority comparisons"
     target.write_text(planted, encoding="utf-8")
 
 
