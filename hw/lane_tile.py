@@ -193,7 +193,7 @@ class LaneTile(wiring.Component):
         lanes' flags are registered, then ORed per group, then per tile), at
         :data:`FLAGS_STAGE`. A lane folds at most ``max_workers`` writes a slot (one a
         worker), so only counters narrower than the default can saturate; with the default
-        width the engines leave saturation out and ``saturated`` is 0.
+        width no lane can fill and ``saturated`` is 0.
 
     Raises
     ------
@@ -421,9 +421,9 @@ class LaneTile(wiring.Component):
             group_flags.append(flags)
 
             # Readout: the comparisons with the majority and the gate are made as the row
-            # is folded (by the engines, on the same row, each a tree of kept gates) and
-            # kept with the row; the next cycle only chooses the beat's line among the kept
-            # bits, with selects decoded a cycle ahead. The lines that join two comparisons
+            # is folded (by the pair's trees of kept gates, or where a lane can fill by the
+            # route engines, on the same row) and kept with the row; the next cycle only
+            # chooses the beat's line among the kept bits, with selects decoded a cycle ahead. The lines that join two comparisons
             # (not a tie, the gated codes) are formed there, a gate off the fold cycle.
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
             kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
