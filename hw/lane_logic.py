@@ -14,7 +14,7 @@ from amaranth.hdl import _ast
 
 __all__ = ["KEEP", "step", "widen", "readout_terms", "select_line", "read_line",
            "kept_tree", "kept_halves", "kept_compare", "joined_greater", "joined_equal",
-           "kept_select_bits", "shared_bit_terms", "kept"]
+           "shared_bit_terms", "kept"]
 
 #: The attribute that keeps a wire or a register through synthesis: copies of a register
 #: that cut its fan-out, and the gates of a :func:`kept_tree`.
@@ -65,19 +65,6 @@ def select_line(terms):
         term = line & Value.cast(select).replicate(len(line))
         result = term if result is None else result | term
     return result
-
-
-def kept_select_bits(m, bit_terms, name):
-    """:func:`select_line` as kept trees, one per bit, from each bit's own ``[(select, bit)]``
-    (one-hot selects, or all 0 for 0): each gate of the first level takes two terms with
-    their selects, the rest OR four at a time (:func:`kept_tree`). Left to synthesis, the OR
-    of a dozen terms became a chain of LUTs."""
-    bits = []
-    for index, terms in enumerate(bit_terms):
-        pairs = [Value.cast(bit) & Value.cast(select) for select, bit in terms]
-        leaves = [Cat(pairs[low:low + 2]).any() for low in range(0, len(pairs), 2)]
-        bits.append(kept_tree(m, leaves, "any", f"{name}_{index}"))
-    return Cat(bits)
 
 
 def shared_bit_terms(terms):

@@ -17,9 +17,9 @@ from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import check_cells, choose_and_add, choose_of_four
+from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four
 from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
-                         kept_select_bits, readout_terms, shared_bit_terms, widen)
+                         readout_terms, shared_bit_terms, widen)
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
                       sum_layout, ternary_code)
 from .sign_count import majority_layout
@@ -43,11 +43,11 @@ FLAGS_STAGE = 9         #: the fold's flags leave the tile (registered per lane,
 # The block RAM's row passes its output register (READ_WORD_STAGE + 2) and one fabric register
 # before the fold, so no block RAM output sits on the fold's path.
 assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAGE
-# The late word's fields are used at the readout's selects (the cycle after the fold) and at
-# the write-back, so it can leave the control plane a cycle after the fold word.
+# The late word's fields are used at the write-back and the response ring's push (the cycle
+# after the fold), so it can leave the control plane a cycle after the fold word.
 assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
 
-#: Line bits per copy of a readout line's select register.
+#: Line bits per copy of a readout line's code register.
 SELECT_BITS = 4
 
 #: The fields of the fold loop, copied per pair of line bits.
@@ -144,7 +144,7 @@ class LaneTile(wiring.Component):
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
     **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes;
     the fold loop's fields (:data:`LOOP_LAYOUT`) and the comparisons' thresholds per pair of
-    line bits, the readout's selects per :data:`SELECT_BITS` line bits and the buffers'
+    line bits, the readout's codes per :data:`SELECT_BITS` line bits and the buffers'
     head addresses per group, all kept through synthesis, so no control net reaches more
     than one group.
 
@@ -186,8 +186,8 @@ class LaneTile(wiring.Component):
         The tile's slice of the memory's read data.
     o_response : ``Out(tile_lanes)``, o_memory : ``Out(tile_lanes)``
         The slices at the heads of the buffers: a response (for a memory read, the
-        memory's data, chosen by a bit the tile keeps with each entry), a memory request's
-        line.
+        memory's data, and for a zero answer 0, chosen by bits the tile keeps with each
+        entry), a memory request's line.
     saturated, invalid : ``Out(1)``
         Registered: a fold three cycles ago saturated a lane, or met an invalid code (the
         lanes' flags are registered, then ORed per group, then per tile), at
@@ -423,8 +423,9 @@ class LaneTile(wiring.Component):
             # Readout: the comparisons with the majority and the gate are made as the row
             # is folded (by the pair's trees of kept gates, or where a lane can fill by the
             # route engines, on the same row) and kept with the row; the next cycle only
-            # chooses the beat's line among the kept bits, with selects decoded a cycle ahead. The lines that join two comparisons
-            # (not a tie, the gated codes) are formed there, a gate off the fold cycle.
+            # chooses the beat's line among the kept bits, by a code registered a cycle
+            # ahead. The lines that join two comparisons (not a tie, the gated codes) are
+            # formed there, off the fold cycle.
             kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
             kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
             kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
@@ -443,41 +444,45 @@ class LaneTile(wiring.Component):
                                                 data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
                                                 counter_bits=CW),
             }
-            # A bit that two readouts' lines share (a G-Ternary sum's bits are counter bits
-            # of the same row) is one term of its tree, under the OR of their selects; each
-            # distinct set of lines has its own select register, copied per SELECT_BITS
-            # line bits (kept, or synthesis would merge the copies): one select reaching a
-            # whole group's trees cost the most on its first hop.
+            # Each line bit chooses among its own distinct kept bits (a G-Ternary sum's bits
+            # are counter bits of the same row, so two readouts' lines often read one bit):
+            # eight for an even line bit, ten for an odd one at 16 workers. The choice is by
+            # a code, the index of the bit the readout and beat ask for, registered per
+            # SELECT_BITS line bits and per list of bits (kept, or synthesis would merge the
+            # copies: one select reaching a whole group's lines cost the most on its first
+            # hop).
+            # A zero answer is the ring's to give (its entries keep ``quiet``).
             terms = readout_terms(fold.readout, fold.beat, lines)
-            chosen = {}
-            bit_terms = []
+            readout_codes, readout_bits = {}, []
             for line_bit, shared in enumerate(shared_bit_terms(terms)):
-                bit_terms.append([])
-                copy = line_bit // SELECT_BITS
-                for indices, bit in shared:
-                    if (copy, indices) not in chosen:
-                        chosen[copy, indices] = Signal(
-                            name=f"g{g}_select{copy}_{'_'.join(map(str, indices))}",
-                            reset_less=True, attrs=KEEP)
-                        m.d.sync += chosen[copy, indices].eq(
-                            Cat(terms[index][0] for index in indices).any() & ~late_word.quiet)
-                    bit_terms[-1].append((chosen[copy, indices], bit))
-            response_line.append(kept_select_bits(m, bit_terms, f"g{g}_line"))
+                copy, key = line_bit // SELECT_BITS, tuple(indices for indices, _ in shared)
+                if (copy, key) not in readout_codes:
+                    number = sum(1 for c, _ in readout_codes if c == copy)
+                    readout_codes[copy, key] = code = Signal(
+                        max(1, (len(key) - 1).bit_length()), name=f"g{g}_code{copy}_{number}",
+                        reset_less=True, attrs=KEEP)
+                    m.d.sync += code.eq(_code_of(terms, key, len(code)))
+                readout_bits.append(choose_by_code(
+                    m, code=readout_codes[copy, key], sources=[bit for _, bit in shared],
+                    cells=self.cells, name=f"g{g}_line_{line_bit}"))
+            response_line.append(Cat(readout_bits))
         m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
                      self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
 
         # ------------------------------------------------------------ buffers
-        # Each response entry keeps whether it is a memory read's, so the choice of the
-        # head's line is made here, not by a net reaching every tile.
-        response_head = _ring(m, "responses", width=T + 1, depth=self.buffer_depth,
+        # Each response entry keeps whether it is a memory read's and whether it is a zero
+        # line, so the choice of the head's line is made here (a LUT4 a bit), not by a net
+        # reaching every tile.
+        response_head = _ring(m, "responses", width=T + 2, depth=self.buffer_depth,
                               push=live & late.push_response,
-                              data=Cat(response_line, late.memory_read), pop=self.pop_response,
-                              part_bits=G)
+                              data=Cat(response_line, late.memory_read, late_word_writing.quiet),
+                              pop=self.pop_response, part_bits=G)
         memory_head = _ring(m, "requests", width=T, depth=self.buffer_depth,
                             push=live & late.push_memory, data=line[WRITE_STAGE],
                             pop=self.pop_memory, part_bits=G)
+        head_line = Mux(response_head[T + 1], 0, response_head[:T])
         m.d.comb += [
-            self.o_response.eq(Mux(response_head[T], self.i_mem_data, response_head[:T])),
+            self.o_response.eq(Mux(response_head[T], self.i_mem_data, head_line)),
             self.o_memory.eq(memory_head),
         ]
         return m
@@ -577,13 +582,10 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
 
 def _pair_thresholds(word, counter_bits):
     """``(layout, value)`` of a pair's copy of the thresholds (:func:`_pair_tests`), from
-    the fold word ``word``: ``low`` (its ``low_threshold``), ``above`` (``N // 2`` below
-    the counter's top bit), ``odd`` (``N`` is odd) and ``gate_less_one``."""
-    C = counter_bits
+    the fold word ``word``: ``low`` (its ``low_threshold``) and ``odd`` (``N`` is odd)."""
     majority = word.majority
-    layout = data.StructLayout({"low": C, "above": C - 1, "odd": 1, "gate_less_one": C})
-    return layout, Cat(word.low_threshold, widen(majority.above, C - 1)[:C - 1],
-                       majority.above[0] ^ majority.below[0], word.gate_less_one)
+    layout = data.StructLayout({"low": counter_bits, "odd": 1})
+    return layout, Cat(word.low_threshold, majority.above[0] ^ majority.below[0])
 
 
 def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
@@ -594,21 +596,22 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
     addend).
 
     Three comparison trees (:func:`~.lane_logic.kept_compare`), where each route alone
-    needs two. The low ``C`` bits are the low G-Binary counter and the G-Ternary sum's low
-    bits, and a readout uses one route's answers, so one tree compares them with the
-    threshold the control plane chose for the readout (:func:`low_threshold`): its
-    "greater" is the low lane's ``SIGN`` bit, or with the sum's sign clear the ``+1``.
-    The high lane's tree compares the ``C - 1`` bits below its top bit with ``N // 2``
-    (``N // 2 < 2**(C-1)`` where a counter holds MAX_WORKERS, so the top bit alone says
-    above), and the ``-1`` test compares the low bits with ``~gate_less_one``
-    (docs/design.md, "Lane tiles"). Each answer is one kept gate after its tree.
+    needs two, all against the one threshold the control plane chose for the readout
+    (:func:`low_threshold`), as a readout uses one route's answers. The low ``C`` bits are
+    the low G-Binary counter and the G-Ternary sum's low bits: their tree's "greater" is
+    the low lane's ``SIGN`` bit (against ``N // 2``), or with the sum's sign clear the
+    ``+1`` (against ``gate - 1``). The high lane's tree compares the ``C - 1`` bits below
+    its top bit with the threshold's (``N // 2 < 2**(C-1)`` where a counter holds
+    MAX_WORKERS, so the top bit alone says above), and the ``-1`` test compares the low bits
+    with the threshold's complement (docs/design.md, "Lane tiles"). Each answer is one kept
+    gate after its tree; the answers of the route the readout does not use are don't-care.
     """
     C = counter_bits
     low, high, sign = row[:C], row[C:2 * C], row[C]
     top = high[C - 1]
     first = kept_compare(m, low, thresholds.low, f"{name}_low")
-    second = kept_compare(m, high[:C - 1], thresholds.above, f"{name}_high")
-    within = kept_compare(m, low, ~thresholds.gate_less_one, f"{name}_within")
+    second = kept_compare(m, high[:C - 1], thresholds.low[:C - 1], f"{name}_high")
+    within = kept_compare(m, low, ~thresholds.low, f"{name}_within")
     odd = thresholds.odd
     return {
         "sign": Cat(kept(m, joined_greater(first), f"{name}_low_sign"),
@@ -621,6 +624,15 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
         "saturated": Const(0, 3),
         "invalid": invalid,
     }
+
+
+def _code_of(terms, key, width):
+    """The code of a line bit whose distinct bits ``key`` lists (the indices of the terms
+    that read each, :func:`~.lane_logic.shared_bit_terms`): the position of the bit whose
+    term's select (one-hot, from ``terms``) is set; 0 where none is."""
+    return Cat(Cat(terms[index][0] for position, indices in enumerate(key)
+                   if position >> bit & 1 for index in indices).any()
+               for bit in range(width))
 
 
 def _part(word, *names):

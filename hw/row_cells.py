@@ -1,4 +1,5 @@
-"""The lane tile's row logic, generic or from ECP5 cells: the fold adder and the forwarding choice.
+"""The lane tile's row logic, generic or from ECP5 cells: the fold adder, the forwarding choice
+and the readout's choice.
 
 A tile folds each pair of line bits with ``(from_last ? last : chosen) + addend``: the
 previous word's result or the row chosen a cycle earlier, plus the line's votes or code
@@ -20,17 +21,23 @@ better on its own. With ECP5 cells it is two LUT4 instances a bit: the first giv
 select bit itself where the high one is set, and otherwise the choice among the first two
 rows; the second needs only the high select bit, that answer and the last two rows.
 
+A readout line's bit is one of eight or ten of its lane's kept bits, named by a code the
+tile registers a cycle ahead (``choose_by_code``): pairs of bits are chosen by the code's
+low bit in one LUT4 each, and the pairs, four at a time, by the next two bits. With ECP5
+cells those two levels are the slices' own multiplexers (PFUMX, L6MUX21), which count no
+LUT4: eight bits take four LUT4s, where an AND-OR of one-hot selects takes six.
+
 Tests prove each ECP5 form equal to the generic one with Yosys's own models of the cells.
 """
 
-from amaranth.hdl import C, Instance, Module, Mux, Signal
+from amaranth.hdl import C, Const, Instance, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
 
-__all__ = ["FoldAdder", "ForwardChoice", "choose_and_add", "choose_of_four", "CELLS",
-           "check_cells"]
+__all__ = ["FoldAdder", "ForwardChoice", "CodeChoice", "choose_and_add", "choose_of_four",
+           "choose_by_code", "CELLS", "check_cells"]
 
 #: What a tile's fold adders may be built from: ``None`` (generic logic) or ``"ecp5"``.
 CELLS = (None, "ecp5")
@@ -52,6 +59,7 @@ def _lut_init(function):
 def _choose_and_add_init():
     """A carry cell's LUT4 for ``A ^ (B ? C : D)``: the addend XOR the chosen row bit."""
     return _lut_init(lambda a, b, c, d: a ^ (c if b else d))
+
 
 
 def _first_of_four_init():
@@ -121,6 +129,67 @@ def choose_of_four(m, *, select, choices, cells, name):
     return chosen
 
 
+def choose_by_code(m, *, code, sources, cells, name):
+    """``sources[code]``: one bit of up to 16 one-bit ``sources``, chosen by ``code``
+    (``ceil(log2(len(sources)))`` bits), built in ``m`` from ``cells``; a code past the last
+    source gives 0 or one of the sources.
+
+    Pairs of sources are chosen by ``code[0]`` in kept wires, a LUT4 each where the pair is
+    a function of at most three bits; up to four pairs by ``code[1]`` and ``code[2]``, as
+    multiplexers (with ECP5 cells a PFUMX for two pairs and an L6MUX21 for four, named
+    ``<name>_pfumx_<k>`` and ``<name>_l6mux``); a ninth to sixteenth source the same way,
+    chosen from the first eight by ``code[3]`` in a kept wire.
+    """
+    sources = [Value.cast(source) for source in sources]
+    code = Value.cast(code)
+    check_cells(cells)
+    if not 1 <= len(sources) <= 16 or any(len(source) != 1 for source in sources):
+        raise ValueError(f"choose_by_code takes 1 to 16 one-bit sources, not "
+                         f"{[len(source) for source in sources]}")
+    needed = max(1, (len(sources) - 1).bit_length())
+    if len(code) < needed:
+        raise ValueError(f"a code for {len(sources)} sources needs {needed} bits, not "
+                         f"{len(code)}")
+    if len(sources) == 1:
+        return sources[0]
+
+    def kept_wire(value, wire_name):
+        wire = Signal(name=wire_name, attrs={"keep": 1})
+        m.d.comb += wire.eq(value)
+        return wire
+
+    def eight(chunk, label):
+        pairs = [kept_wire(Mux(code[0], chunk[k + 1] if k + 1 < len(chunk) else Const(0, 1),
+                               chunk[k]), f"{name}_{label}pair_{k // 2}")
+                 for k in range(0, len(chunk), 2)]
+        if len(pairs) == 1:
+            return pairs[0]
+        pairs += [Const(0, 1)] * (-len(pairs) % 2)
+        halves = []
+        for k in range(0, len(pairs), 2):
+            if cells == "ecp5" and not isinstance(pairs[k + 1], Const):
+                half = Signal(name=f"{name}_{label}half_{k // 2}")
+                m.submodules[f"{name}_{label}pfumx_{k // 2}"] = Instance(
+                    "PFUMX", i_C0=code[1], i_ALUT=pairs[k + 1], i_BLUT=pairs[k], o_Z=half)
+            else:
+                half = Mux(code[1], pairs[k + 1], pairs[k])
+            halves.append(half)
+        if len(halves) == 1:
+            return halves[0]
+        if cells == "ecp5" and all(isinstance(half, Signal) for half in halves):
+            both = Signal(name=f"{name}_{label}quarter")
+            m.submodules[f"{name}_{label}l6mux"] = Instance(
+                "L6MUX21", i_SD=code[2], i_D1=halves[1], i_D0=halves[0], o_Z=both)
+            return both
+        return Mux(code[2], halves[1], halves[0])
+
+    low = eight(sources[:8], "")
+    if len(sources) <= 8:
+        return low
+    high = eight(sources[8:], "high_")
+    return kept_wire(Mux(code[3], high, low), f"{name}_chosen")
+
+
 class FoldAdder(wiring.Component):
     """``sum = ((from_last ? last : chosen) + addend) mod 2**width``, combinationally
     (:func:`choose_and_add` as a component of its own).
@@ -151,6 +220,35 @@ class FoldAdder(wiring.Component):
         m.d.comb += self.sum.eq(choose_and_add(m, addend=self.addend, from_last=self.from_last,
                                                last=self.last, chosen=self.chosen,
                                                cells=self.cells, name="fold"))
+        return m
+
+
+class CodeChoice(wiring.Component):
+    """``chosen = sources[code]`` (:func:`choose_by_code` as a component of its own).
+
+    Parameters
+    ----------
+    count : int
+        Sources, 1 to 16.
+    cells : None or "ecp5"
+
+    Members
+    -------
+    sources : ``In(count)``
+    code : ``In(ceil(log2(count)))`` (at least 1)
+    chosen : ``Out(1)``
+    """
+
+    def __init__(self, count, *, cells=None):
+        self.cells = check_cells(cells)
+        self.count = check_int("count", count, low=1, high=16)
+        super().__init__({"sources": In(count), "code": In(max(1, (count - 1).bit_length())),
+                          "chosen": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.chosen.eq(choose_by_code(
+            m, code=self.code, sources=list(self.sources), cells=self.cells, name="choice"))
         return m
 
 

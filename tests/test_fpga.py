@@ -1302,13 +1302,13 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
         selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
         expected[f"{word}_groups"] = groups
     # Nearer the lanes: the fold loop's fields and the comparisons' thresholds per pair of
-    # line bits, each readout select per SELECT_BITS line bits; one pop a ring.
+    # line bits, each readout code per SELECT_BITS line bits; one pop a ring.
     pairs = tiles * design.tile_lanes // 2
     selections["loop_pairs"] = f"w:*.g*_p*_loop {drivers}"
     selections["threshold_pairs"] = f"w:*.g*_p*_thresholds {drivers}"
     expected["loop_pairs"] = expected["threshold_pairs"] = pairs
-    selections["first_selects"] = f"w:*.g*_select0_* {drivers}"
-    selections["selects"] = f"w:*.g*_select* {drivers}"
+    selections["first_selects"] = f"w:*.g*_code0_* {drivers}"
+    selections["selects"] = f"w:*.g*_code* {drivers}"
     for ring in ("responses", "requests"):
         selections[f"{ring}_pops"] = f"w:*.{ring}_popped {drivers}"
         expected[f"{ring}_pops"] = tiles
@@ -1320,7 +1320,7 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     counts = {name: int((tmp_path / f"{name}.txt").read_text().split()[0])
               for name in selections}
     first = counts["first_selects"]
-    assert first and first % groups == 0, "every group has the same select registers"
+    assert first and first % groups == 0, "every group has the same code registers"
     expected["first_selects"] = first
     expected["selects"] = first * -(-design.group_lanes // SELECT_BITS)   # copies a group
     assert counts == expected

@@ -8,7 +8,7 @@ from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.sim import Simulator
 
 from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
-                                         kept_select_bits, kept_tree, select_line,
+                                         kept_tree, select_line,
                                          shared_bit_terms, step)
 
 
@@ -143,37 +143,6 @@ def test_kept_compare_refuses_operands_of_different_widths():
         kept_compare(Module(), Const(0, 3), Const(0, 4), "c")
 
 
-@pytest.mark.parametrize("lines", [1, 2, 5, 11])
-def test_kept_select_bits_picks_the_selected_line_like_select_line(lines):
-    """With one select set (or none), each bit is the selected line's bit, as
-    ``select_line`` gives it, through kept gates: two lines a gate, then four at a time."""
-    m = Module()
-    width = 3
-    values = [Signal(width, name=f"line{i}") for i in range(lines)]
-    selects = Signal(lines)
-    kept_out, plain_out = Signal(width), Signal(width)
-    terms = [(selects[i], values[i]) for i in range(lines)]
-    bit_terms = [[(select, line[bit]) for select, line in terms] for bit in range(width)]
-    m.d.comb += [kept_out.eq(kept_select_bits(m, bit_terms, "s")),
-                 plain_out.eq(select_line(terms))]
-    rng = random.Random(lines)
-    got = []
-
-    async def bench(ctx):
-        for chosen in [None, *range(lines)]:
-            contents = [rng.getrandbits(width) for _ in range(lines)]
-            for signal, value in zip(values, contents):
-                ctx.set(signal, value)
-            ctx.set(selects, 0 if chosen is None else 1 << chosen)
-            got.append((ctx.get(kept_out), ctx.get(plain_out),
-                        0 if chosen is None else contents[chosen]))
-
-    sim = Simulator(m)
-    sim.add_testbench(bench)
-    sim.run()
-    assert all(kept == plain == want for kept, plain, want in got)
-
-
 def test_shared_bit_terms_join_the_lines_that_read_one_bit():
     """Lines that are one register's bits seen other ways (a slice, a concatenation, a sign
     cast) share a term per bit; a bit that is no signal's own stands alone."""
@@ -189,10 +158,14 @@ def test_shared_bit_terms_join_the_lines_that_read_one_bit():
     ]
 
 
-def test_kept_select_bits_with_shared_terms_reads_like_select_line():
+def test_a_code_over_shared_terms_reads_like_select_line():
     """The readout's lines in a lane tile's shape (counter bits, and sums over the same row
-    bits) read through shared terms, each under the OR of its lines' selects, bit for bit as
-    ``select_line`` reads them."""
+    bits) read through each bit's distinct terms, chosen by a code made from the one-hot
+    selects (the tile's ``_code_of`` and ``choose_by_code``), bit for bit as ``select_line``
+    reads them. (A zero line, no select set, is the response ring's to give.)"""
+    from neuron_fabric.hw.lane_tile import _code_of
+    from neuron_fabric.hw.row_cells import choose_by_code
+
     m = Module()
     row = Signal(10, name="row")
     lines = [row[k::5][:2] for k in range(5)] + [Cat(row[2 * k], row[2 * k + 1]) for k in range(3)]
@@ -200,23 +173,25 @@ def test_kept_select_bits_with_shared_terms_reads_like_select_line():
     terms = [(selects[i], line) for i, line in enumerate(lines)]
     shared = shared_bit_terms(terms)
     assert sum(len(bit) for bit in shared) < 2 * len(lines)
-    kept_out, plain_out = Signal(2), Signal(2)
-    m.d.comb += [
-        kept_out.eq(kept_select_bits(m, [[(Cat(selects[i] for i in indices).any(), bit)
-                                          for indices, bit in per_bit] for per_bit in shared],
-                                     "s")),
-        plain_out.eq(select_line(terms)),
-    ]
+    coded, plain_out = Signal(2), Signal(2)
+    bits = []
+    for index, per_bit in enumerate(shared):
+        key = tuple(indices for indices, _ in per_bit)
+        code = Signal(max(1, (len(key) - 1).bit_length()), name=f"code{index}")
+        m.d.comb += code.eq(_code_of(terms, key, len(code)))
+        bits.append(choose_by_code(m, code=code, sources=[bit for _, bit in per_bit],
+                                   cells=None, name=f"bit{index}"))
+    m.d.comb += [coded.eq(Cat(bits)), plain_out.eq(select_line(terms))]
     rng = random.Random(7)
     got = []
 
     async def bench(ctx):
-        for chosen in [None, *range(len(lines))] * 4:
+        for chosen in [*range(len(lines))] * 4:
             ctx.set(row, rng.getrandbits(10))
-            ctx.set(selects, 0 if chosen is None else 1 << chosen)
-            got.append((ctx.get(kept_out), ctx.get(plain_out)))
+            ctx.set(selects, 1 << chosen)
+            got.append((ctx.get(coded), ctx.get(plain_out)))
 
     sim = Simulator(m)
     sim.add_testbench(bench)
     sim.run()
-    assert all(kept == plain for kept, plain in got)
+    assert all(by_code == plain for by_code, plain in got)

@@ -1,5 +1,5 @@
-"""The tile's row logic: the ECP5 cell forms of the fold adder and the forwarding choice proven
-equal to the generic ones, bad choices refused."""
+"""The tile's row logic: the ECP5 cell forms of the fold adder, the forwarding choice and the
+readout's code choice proven equal to the generic ones, bad choices refused."""
 
 import random
 import re
@@ -13,7 +13,7 @@ from amaranth.sim import Simulator
 from neuron_fabric.gen.verilog import yosys_binary
 from neuron_fabric.hw import row_cells
 from neuron_fabric.hw.lane_tile import LaneTile
-from neuron_fabric.hw.row_cells import FoldAdder, ForwardChoice
+from neuron_fabric.hw.row_cells import CodeChoice, FoldAdder, ForwardChoice
 
 
 class _Miter(Elaboratable):
@@ -37,10 +37,16 @@ class _Miter(Elaboratable):
         return m
 
 
-#: The fold adder's and the forwarding choice's inputs (width None: the component's) and output.
+#: The fold adder's, the forwarding choice's and the code choice's inputs (width None: the
+#: component's) and output.
 ADDER = (FoldAdder, [("addend", None), ("last", None), ("chosen", None), ("from_last", 1)], "sum")
 CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("fourth", None),
                           ("select", 2)], "chosen")
+
+
+def choice(count):
+    return (CodeChoice, [("sources", None), ("code", max(1, (count - 1).bit_length()))],
+            "chosen")
 
 
 def _forms_proven_equal(width, folder, form=ADDER):
@@ -71,6 +77,7 @@ def test_the_proof_finds_a_carry_cell_with_its_row_inputs_swapped(monkeypatch, t
     assert not _forms_proven_equal(10, tmp_path)
 
 
+
 @pytest.mark.parametrize("width", [1, 10])
 def test_the_lut_form_of_the_forwarding_choice_equals_the_generic_one(width, tmp_path):
     assert _forms_proven_equal(width, tmp_path, CHOICE)
@@ -98,6 +105,51 @@ def test_the_generic_forwarding_choice_takes_the_selected_row():
     sim = Simulator(choice)
     sim.add_testbench(bench)
     sim.run()
+
+
+@pytest.mark.parametrize("count", [3, 8, 10, 16])
+def test_the_multiplexer_form_of_the_code_choice_equals_the_generic_one(count, tmp_path):
+    assert _forms_proven_equal(count, tmp_path, choice(count))
+
+
+def test_the_proof_finds_a_code_choice_with_a_pfumx_the_wrong_way_round(monkeypatch, tmp_path):
+    real = row_cells.Instance
+
+    def swapped(kind, **ports):
+        if kind == "PFUMX":
+            ports["i_ALUT"], ports["i_BLUT"] = ports["i_BLUT"], ports["i_ALUT"]
+        return real(kind, **ports)
+
+    monkeypatch.setattr(row_cells, "Instance", swapped)
+    assert not _forms_proven_equal(10, tmp_path, choice(10))
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 8, 10])
+def test_the_generic_code_choice_takes_the_coded_source(count):
+    block = CodeChoice(count)
+    rng = random.Random(count)
+    cases = [(rng.randrange(count), rng.randrange(1 << count)) for _ in range(200)]
+
+    async def bench(ctx):
+        for code, sources in cases:
+            ctx.set(block.code, code)
+            ctx.set(block.sources, sources)
+            assert ctx.get(block.chosen) == (sources >> code) & 1
+
+    sim = Simulator(block)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_the_code_choice_refuses_what_it_cannot_build():
+    with pytest.raises(ValueError, match=re.escape("a code for 10 sources needs 4 bits, not 3")):
+        row_cells.choose_by_code(Module(), code=Signal(3), sources=[Signal()] * 10,
+                                 cells=None, name="c")
+    with pytest.raises(ValueError, match="1 to 16 one-bit sources"):
+        row_cells.choose_by_code(Module(), code=Signal(5), sources=[Signal()] * 17,
+                                 cells=None, name="c")
+    with pytest.raises(ValueError, match="count"):
+        CodeChoice(0)
 
 
 def test_the_generic_adder_chooses_then_adds_modulo_its_width():
@@ -142,16 +194,20 @@ def test_a_lane_tile_refuses_cells_it_cannot_build():
 
 
 def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
-    """The ECP5 tile's netlist: a CCU2C per two row bits and two LUT4s per row bit; the
-    generic tile has neither."""
+    """The ECP5 tile's netlist: a CCU2C per two row bits, two LUT4s per row bit and the
+    readout's multiplexers; the generic tile has none of them."""
     tile = LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4, cells="ecp5")
     row_bits = 4 * 3   # four line bits, three-bit counters
     netlist = rtlil.convert(tile, name="tile")
     assert netlist.count("cell \\CCU2C") == row_bits // 2
     assert netlist.count("cell \\LUT4") == 2 * row_bits
+    # The readout at three-bit counters: an odd line bit chooses among seven kept bits (two
+    # PFUMX and an L6MUX21), an even one among six (one PFUMX for the first four).
+    assert netlist.count("cell \\L6MUX21") == 2 and netlist.count("cell \\PFUMX") == 6
     generic = rtlil.convert(LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4),
                             name="tile")
-    assert "cell \\CCU2C" not in generic and "cell \\LUT4" not in generic
+    for cell in ("CCU2C", "LUT4", "PFUMX", "L6MUX21"):
+        assert f"cell \\{cell}" not in generic
 
 
 def test_the_forwarding_choice_refuses_choices_of_different_widths():
