@@ -450,8 +450,7 @@ class LaneTile(wiring.Component):
             # a code, the index of the bit the readout and beat ask for, registered per
             # SELECT_BITS line bits and per list of bits (kept, or synthesis would merge the
             # copies: one select reaching a whole group's lines cost the most on its first
-            # hop).
-            # A zero answer is the ring's to give (its entries keep ``quiet``).
+            # hop). A zero answer is the ring's to give (its entries keep ``quiet``).
             terms = readout_terms(fold.readout, fold.beat, lines)
             readout_codes, readout_bits = {}, []
             for line_bit, shared in enumerate(shared_bit_terms(terms)):
