@@ -17,7 +17,7 @@ from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four
+from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits
 from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
                          readout_terms, shared_bit_terms, widen)
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
@@ -458,7 +458,7 @@ class LaneTile(wiring.Component):
                 if (copy, key) not in readout_codes:
                     number = sum(1 for c, _ in readout_codes if c == copy)
                     readout_codes[copy, key] = code = Signal(
-                        max(1, (len(key) - 1).bit_length()), name=f"g{g}_code{copy}_{number}",
+                        code_bits(len(key)), name=f"g{g}_code{copy}_{number}",
                         reset_less=True, attrs=KEEP)
                     m.d.sync += code.eq(_code_of(terms, key, len(code)))
                 readout_bits.append(choose_by_code(

@@ -35,9 +35,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
+from .lane_logic import kept
 
 __all__ = ["FoldAdder", "ForwardChoice", "CodeChoice", "choose_and_add", "choose_of_four",
-           "choose_by_code", "CELLS", "check_cells"]
+           "choose_by_code", "code_bits", "CELLS", "check_cells"]
 
 #: What a tile's fold adders may be built from: ``None`` (generic logic) or ``"ecp5"``.
 CELLS = (None, "ecp5")
@@ -59,7 +60,6 @@ def _lut_init(function):
 def _choose_and_add_init():
     """A carry cell's LUT4 for ``A ^ (B ? C : D)``: the addend XOR the chosen row bit."""
     return _lut_init(lambda a, b, c, d: a ^ (c if b else d))
-
 
 
 def _first_of_four_init():
@@ -129,6 +129,12 @@ def choose_of_four(m, *, select, choices, cells, name):
     return chosen
 
 
+def code_bits(count):
+    """The bits of a code that names one of ``count`` sources (:func:`choose_by_code`): at
+    least one."""
+    return max(1, (count - 1).bit_length())
+
+
 def choose_by_code(m, *, code, sources, cells, name):
     """``sources[code]``: one bit of up to 16 one-bit ``sources``, chosen by ``code``
     (``ceil(log2(len(sources)))`` bits), built in ``m`` from ``cells``; a code past the last
@@ -146,21 +152,16 @@ def choose_by_code(m, *, code, sources, cells, name):
     if not 1 <= len(sources) <= 16 or any(len(source) != 1 for source in sources):
         raise ValueError(f"choose_by_code takes 1 to 16 one-bit sources, not "
                          f"{[len(source) for source in sources]}")
-    needed = max(1, (len(sources) - 1).bit_length())
+    needed = code_bits(len(sources))
     if len(code) < needed:
         raise ValueError(f"a code for {len(sources)} sources needs {needed} bits, not "
                          f"{len(code)}")
     if len(sources) == 1:
         return sources[0]
 
-    def kept_wire(value, wire_name):
-        wire = Signal(name=wire_name, attrs={"keep": 1})
-        m.d.comb += wire.eq(value)
-        return wire
-
     def eight(chunk, label):
-        pairs = [kept_wire(Mux(code[0], chunk[k + 1] if k + 1 < len(chunk) else Const(0, 1),
-                               chunk[k]), f"{name}_{label}pair_{k // 2}")
+        pairs = [kept(m, Mux(code[0], chunk[k + 1] if k + 1 < len(chunk) else Const(0, 1),
+                             chunk[k]), f"{name}_{label}pair_{k // 2}")
                  for k in range(0, len(chunk), 2)]
         if len(pairs) == 1:
             return pairs[0]
@@ -187,7 +188,7 @@ def choose_by_code(m, *, code, sources, cells, name):
     if len(sources) <= 8:
         return low
     high = eight(sources[8:], "high_")
-    return kept_wire(Mux(code[3], high, low), f"{name}_chosen")
+    return kept(m, Mux(code[3], high, low), f"{name}_chosen")
 
 
 class FoldAdder(wiring.Component):
@@ -242,7 +243,7 @@ class CodeChoice(wiring.Component):
     def __init__(self, count, *, cells=None):
         self.cells = check_cells(cells)
         self.count = check_int("count", count, low=1, high=16)
-        super().__init__({"sources": In(count), "code": In(max(1, (count - 1).bit_length())),
+        super().__init__({"sources": In(count), "code": In(code_bits(count)),
                           "chosen": Out(1)})
 
     def elaborate(self, platform):

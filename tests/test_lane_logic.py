@@ -164,7 +164,7 @@ def test_a_code_over_shared_terms_reads_like_select_line():
     selects (the tile's ``_code_of`` and ``choose_by_code``), bit for bit as ``select_line``
     reads them. (A zero line, no select set, is the response ring's to give.)"""
     from neuron_fabric.hw.lane_tile import _code_of
-    from neuron_fabric.hw.row_cells import choose_by_code
+    from neuron_fabric.hw.row_cells import choose_by_code, code_bits
 
     m = Module()
     row = Signal(10, name="row")
@@ -177,7 +177,7 @@ def test_a_code_over_shared_terms_reads_like_select_line():
     bits = []
     for index, per_bit in enumerate(shared):
         key = tuple(indices for indices, _ in per_bit)
-        code = Signal(max(1, (len(key) - 1).bit_length()), name=f"code{index}")
+        code = Signal(code_bits(len(key)), name=f"code{index}")
         m.d.comb += code.eq(_code_of(terms, key, len(code)))
         bits.append(choose_by_code(m, code=code, sources=[bit for _, bit in per_bit],
                                    cells=None, name=f"bit{index}"))

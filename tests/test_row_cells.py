@@ -45,7 +45,7 @@ CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("
 
 
 def choice(count):
-    return (CodeChoice, [("sources", None), ("code", max(1, (count - 1).bit_length()))],
+    return (CodeChoice, [("sources", None), ("code", row_cells.code_bits(count))],
             "chosen")
 
 
