@@ -188,24 +188,26 @@ class ControlPlane(wiring.Component):
                              for spec in ROUTE_SPECS.values()).any()
             # The window's standing facts, a cycle behind its registers.
             end = Signal(ADDR_BITS + 1, name=f"win{w}_end", reset_less=True)
-            on = Signal(name=f"win{w}_on")
             good = Signal(name=f"win{w}_config_ok")
             w_lines = Signal(range(most_lines + 1), name=f"win{w}_lines", reset_less=True)
             w_multi = Signal(name=f"win{w}_multi", reset_less=True)
             w_good = (size <= p.depth) & readout_ok & workers_ok
             m.d.sync += [end.eq(base + size),
-                         on.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")),
                          good.eq(w_good), w_lines.eq(lines_of(w_readout)),
                          w_multi.eq(w_good & (lines_of(w_readout) > 1))]
-            # The request against it, registered at the transfer.
-            above = Signal(name=f"win{w}_above_base")
-            below = Signal(name=f"win{w}_below_end")
+            # The request against it, registered at the transfer: whether the window claims
+            # the address, so that cycle 1's choices (the row the bitmaps' block RAM reads,
+            # admission's multi-line test) start from registers. [BASE, END) wraps past
+            # 2**ADDR_BITS when END carries out. A write of BASE or SIZE closes admission
+            # (the clearing sweep), so END, a cycle behind, is never stale here; the
+            # enables are the registers' own, as ENABLE's write does not close it.
+            above = request.addr >= base
+            below = request.addr < end[:ADDR_BITS]
+            hit = Signal(name=f"win{w}_hit")
             slot = Signal(slot_bits, name=f"win{w}_slot", reset_less=True)
-            m.d.sync += [above.eq(request.addr >= base),
-                         below.eq(request.addr < end[:ADDR_BITS]),
+            m.d.sync += [hit.eq(reg("CONTROL", "ENABLE") & reg(window_register(w, "CONFIG"), "EN")
+                                & Mux(end[ADDR_BITS], above | below, above & below)),
                          slot.eq(request.addr[:slot_bits] - base[:slot_bits])]
-            # [BASE, END) wraps past 2**ADDR_BITS when END carries out.
-            hit = on & Mux(end[ADDR_BITS], above | below, above & below)
             claimed = hit | claimed
             row = Mux(hit, w * p.depth + slot, row)
             route = Mux(hit, w_route, route)

@@ -26,7 +26,8 @@ class CSRBlock(wiring.Component):
 
     Each field becomes a port of ``fields``, named ``<register>_<field>`` in lower case:
 
-    - ``RW``: an output holding the stored value (reset to the field's reset value);
+    - ``RW``: an output holding the stored value (reset to the field's reset value), which
+      takes a write the cycle after its strobe;
     - ``W``: an output that pulses for one cycle, the cycle after a write of 1;
     - ``RW1C``: an input ``..._set``: a sticky flag set by the hardware, cleared by writing
       1 (a set in the same cycle as the clear wins, so no event is lost);
@@ -39,8 +40,10 @@ class CSRBlock(wiring.Component):
 
     The bus (``bus``, :class:`~.layouts.CSRBusSignature`) never waits: a read returns data
     two cycles after ``r_stb`` (the register's value the cycle after it), one read per
-    cycle; a write takes effect at the clock edge of ``w_stb``. Byte addresses that are not
-    a register read 0 and ignore writes.
+    cycle. A write's pulses, flag clears and ``_written`` come in the cycle after ``w_stb``;
+    a stored field holds the written value from the cycle after that, and a read strobed
+    after the write's strobe returns it. Byte addresses that are not a register read 0 and
+    ignore writes.
 
     Parameters
     ----------
@@ -99,11 +102,22 @@ class CSRBlock(wiring.Component):
         readers = [[] for _ in range(32)]   # per bit: (register selected, the bit's value)
         reading = Signal()
         m.d.sync += reading.eq(bus.r_stb)
+        # A stored (RW) field takes a write a cycle after the strobe, from its register's
+        # address match and the data, registered: the decode and the fields it loads (the
+        # field beside its logic, its read-back copy beside the read tree) would not fit one
+        # cycle either. The field and its copy each load from a match register of their own.
+        # Pulses, flags and side effects keep the strobe's cycle.
+        stored_data = Signal(32, name="w_data_stored", reset_less=True)
+        m.d.sync += stored_data.eq(bus.w_data)
         for reg in self.regmap:
             addressed = bus.addr == reg.address
             selected = Signal(name=f"{reg.name.lower()}_read")
             m.d.sync += selected.eq(bus.r_stb & addressed)
             write = bus.w_stb & addressed
+            if any(f.access is Access.RW for f in reg.fields):
+                stores = {copy: Signal(name=f"{reg.name.lower()}_store_{copy}", attrs=KEEP)
+                          for copy in ("field", "readback")}
+                m.d.sync += [store.eq(write) for store in stores.values()]
             value = []  # (field, signal) pairs the register reads
             for f in reg.fields:
                 port = getattr(ports, field_port(reg, f), None)
@@ -114,8 +128,11 @@ class CSRBlock(wiring.Component):
                     # can sit by the tree.
                     readback = Signal.like(port, name=f"{field_port(reg, f)}_readback",
                                            attrs=KEEP)
-                    with m.If(write):
-                        m.d.sync += [port.eq(bits), readback.eq(bits)]
+                    stored = stored_data[f.offset:f.offset + f.width]
+                    with m.If(stores["field"]):
+                        m.d.sync += port.eq(stored)
+                    with m.If(stores["readback"]):
+                        m.d.sync += readback.eq(stored)
                     value.append((f, readback))
                 elif f.access is Access.W:
                     m.d.sync += port.eq(write & bits)

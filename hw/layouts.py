@@ -126,7 +126,8 @@ class CSRBusSignature(wiring.Signature):
 
     ``addr`` is a byte address (a multiple of 4 for a register). A read strobe ``r_stb``
     returns ``r_data`` two cycles later (reads may follow each other every cycle); a write
-    strobe ``w_stb`` writes ``w_data`` at once. Accesses never wait. Unmapped addresses read
+    strobe ``w_stb`` writes ``w_data`` (a stored field holds it two cycles after the strobe;
+    see :class:`~.csr.CSRBlock`). Accesses never wait. Unmapped addresses read
     0 and ignore writes.
     """
 

@@ -116,7 +116,8 @@ class CsrBus:
     ``read`` and ``write`` are coroutines that own the bus for their cycles; call them at a
     falling edge (they return at one). A read takes two cycles (the address's match is
     registered, then ``r_data``); a write takes two: its strobe, then one cycle for the side
-    effects that start the cycle after (window clears, CLEAR_SLOTS, CLEAR_COUNTERS).
+    effects that start the cycle after (window clears, CLEAR_SLOTS, CLEAR_COUNTERS), at
+    whose end the stored fields take the value.
     """
 
     def __init__(self, dut, registers, *, names="", bus="csr", clock=None):

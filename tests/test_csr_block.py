@@ -52,11 +52,15 @@ def test_every_field_action():
         assert await read(ctx, bus, 0x4) == 5             # RW reset value
         assert ctx.get(f.ctrl_mode) == 5
         await write(ctx, bus, 0x4, 0x12)                 # MODE=2, GO=1
-        assert ctx.get(f.ctrl_mode) == 2
         assert ctx.get(f.ctrl_go) == 1 and ctx.get(f.ctrl_written) == 1  # pulses now ...
+        assert ctx.get(f.ctrl_mode) == 5                  # ... the stored field a cycle later
         await ctx.tick()
         assert ctx.get(f.ctrl_go) == 0 and ctx.get(f.ctrl_written) == 0  # ... for one cycle
+        assert ctx.get(f.ctrl_mode) == 2
         assert await read(ctx, bus, 0x4) == 0x2           # W reads 0
+        await write(ctx, bus, 0x4, 0x3)
+        assert await read(ctx, bus, 0x4) == 0x3           # a read strobed next returns it
+        await write(ctx, bus, 0x4, 0x2)
         await write(ctx, bus, 0x4, 0x100 | 0x2)          # ARM set by writing 1
         assert ctx.get(f.ctrl_arm) == 1
         ctx.set(f.ctrl_arm_clear, 1)                      # ... cleared by the hardware
@@ -82,6 +86,7 @@ def test_every_field_action():
         await write(ctx, bus, 0xC, 0xFFFF_FFFF)           # R ignores writes
         assert await read(ctx, bus, 0x6) == 0             # not a register: reads 0
         await write(ctx, bus, 0x5, 0x7)                   # unaligned writes are ignored
+        await ctx.tick()
         assert ctx.get(f.ctrl_mode) == 2
 
     simulate(block, body)
