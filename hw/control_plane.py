@@ -20,7 +20,8 @@ from .csr import CSRBlock, field_port, written_port
 from .lane_logic import KEEP, kept, kept_halves, kept_tree
 from .layouts import CSRBusSignature, readout_lines
 from .lane_tile import (FLAGS_STAGE, Source, fold_word_layout, forward_word_layout,
-                        late_word_layout, low_threshold, most_readout_lines, read_word_layout)
+                        late_word_layout, low_threshold, most_readout_lines, read_word_layout,
+                        readout_code_bits, readout_codes)
 from .sign_count import majority_layout, majority_thresholds
 from .ternary_gate import gate_less_one
 
@@ -55,14 +56,15 @@ class ControlPlane(wiring.Component):
     One word enters the pipeline per clock: a request, a later line of a readout, a row of
     the clearing sweep, or nothing. The stages (cycles after the request's transfer):
 
-    0. the request's address is compared with every window's bounds (registered from the
-       CSRs a cycle earlier);
-    1. the window is chosen from the registered compares; the read word (the row) leaves
+    0. the request's address is compared with every window's bounds (END registered from
+       the CSRs a cycle earlier), and whether each window claims it is registered;
+    1. the window is chosen from the registered claims; the read word (the row) leaves
        for the tiles;
     2. the word is formed; its row's bitmap is read; the forward word leaves, saying
        whether a write two, three or four words ahead, still in flight, has the row;
     3. status from the bitmap (forwarded from the three words ahead); the fold word leaves
-       (nothing in it waits on the status);
+       (nothing in it waits on the status), with the readout's line codes decoded as the
+       word entered the stage;
     4. the bitmap is written back; flags and counters count the word; the late word (what
        the status decides), registered here first, leaves; the response's status is
        formed from the tests' registered answers;
@@ -122,8 +124,7 @@ class ControlPlane(wiring.Component):
             "read_words": Out(read_word_layout(self.rows)).array(self.word_copies),
             "forward_words": Out(forward_word_layout()).array(self.word_copies),
             "fold_words": Out(fold_word_layout(max_workers=p.max_workers,
-                                               counter_bits=p.counter_bits,
-                                               readout_lines=self.readout_lines)
+                                               counter_bits=p.counter_bits)
                               ).array(self.word_copies),
             "late_words": Out(late_word_layout()).array(self.word_copies),
             "o_resp": Out(stream.Signature(response_control_layout())),
@@ -292,6 +293,11 @@ class ControlPlane(wiring.Component):
             d["beat"].eq(next_beat), d["last_beat"].eq(next_beat == read_lines - 1),
         ]
         m.d.sync += [s[key].eq(d[key]) for key in word_shape]
+        # Which kept bit each tile's line bit gives for the readout and beat (the fold word's
+        # codes), decoded here once for every tile, as the word enters the status stage.
+        codes = Signal(readout_code_bits(p.counter_bits), name="status_codes", reset_less=True)
+        m.d.sync += codes.eq(readout_codes(d["readout"], Mux(d["beat_word"], d["beat"], 0),
+                                           counter_bits=p.counter_bits))
 
         # Writes still in flight, by distance: ``w1`` one word ahead of the status stage
         # (stage 4), ``w2`` two words ahead (stage 5), ``w3`` three (stage 6). ``writes``: the
@@ -462,11 +468,10 @@ class ControlPlane(wiring.Component):
             fold_word.clear.eq((request & s["claimed"] & is_read_clear) | s["sweep"]),
             fold_word.from_last.eq(from_w1),
             fold_word.capture.eq(~s["beat_word"]),
-            fold_word.readout.eq(s["readout"]),
+            fold_word.codes.eq(codes),
             fold_word.majority.eq(majority),
             fold_word.gate_less_one.eq(gate_threshold),
             fold_word.low_threshold.eq(low_threshold(s["readout"], majority, gate_threshold)),
-            fold_word.beat.eq(Mux(s["beat_word"], s["beat"], 0)),
             fold_word.push_response.eq(request | beat_answers),
             fold_word.push_memory.eq(request & to_memory),
             fold_word.memory_read.eq(request & to_memory & ~is_write),

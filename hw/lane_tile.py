@@ -17,7 +17,8 @@ from ..golden.validate import check_int
 from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits
+from .row_cells import (check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits,
+                        gate)
 from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
                          readout_terms, shared_bit_terms, widen)
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
@@ -25,7 +26,8 @@ from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_re
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
-           "late_word_layout", "low_threshold", "most_readout_lines", "LOOP_LAYOUT",
+           "late_word_layout", "low_threshold", "readout_codes", "readout_code_bits",
+           "most_readout_lines", "LOOP_LAYOUT",
            "READ_WORD_STAGE", "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE",
            "LATE_WORD_STAGE", "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
 
@@ -79,7 +81,7 @@ def forward_word_layout():
     return data.StructLayout({"source": unsigned(Shape.cast(Source).width)})
 
 
-def fold_word_layout(*, max_workers, counter_bits, readout_lines):
+def fold_word_layout(*, max_workers, counter_bits):
     """What a tile does with the row: fold, clear, read out, buffer.
 
     Nothing in it waits on the request's status (whether a write is accepted, a slot
@@ -88,7 +90,9 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
     thresholds arrive computed (``majority`` from NUM_WORKERS, ``gate_less_one`` from
     GATE), so no tile repeats that arithmetic; ``low_threshold`` is the one a pair of line
     bits compares its low ``C`` row bits with, chosen by the readout's route
-    (:func:`low_threshold`).
+    (:func:`low_threshold`). ``codes`` says which kept bit each line bit gives for the
+    readout and beat the word answers (:func:`readout_codes`), worked out once for every
+    tile.
     """
     return data.StructLayout({
         "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
@@ -96,11 +100,10 @@ def fold_word_layout(*, max_workers, counter_bits, readout_lines):
         "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
         "from_last": 1,       # the previous word wrote this row: fold its result
         "capture": 1,         # keep this word's readout (not a later beat)
-        "readout": Readout,   # the readout kind
+        "codes": unsigned(readout_code_bits(counter_bits)),  # the beat's line, coded
         "majority": majority_layout(max_workers),
         "gate_less_one": unsigned(counter_bits),
         "low_threshold": unsigned(counter_bits),
-        "beat": range(max(2, readout_lines)),  # which readout line this word answers
         "push_response": 1,   # this word answers a beat
         "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
         "push_memory": 1,     # this word is a memory request (its line goes downstream)
@@ -114,6 +117,55 @@ def low_threshold(readout, majority, gate_less_one):
     ``GATED``. A readout uses one route's comparisons, so one tree a pair serves both."""
     width = len(gate_less_one)
     return Mux(readout == Readout.GATED, gate_less_one, widen(majority.above, width)[:width])
+
+
+def _group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus, *, counter_bits):
+    """``{Readout: [line, ...]}`` of a group of lanes from its kept row and comparisons."""
+    lanes, CW = len(kept_sign), counter_bits
+    gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(lanes // 2))
+    return {
+        **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
+                                       data.View(count_layout(lanes, CW), kept),
+                                       counter_bits=CW),
+        **ENGINES[Route.GTERNARY].lines(gated,
+                                        data.View(sum_layout(lanes, CW), _sums_of_row(kept, CW)),
+                                        counter_bits=CW),
+    }
+
+
+def _readout_terms(readout, beat, *, counter_bits, lines=None):
+    """The readout's terms (:func:`~.lane_logic.readout_terms`) over a group's lines, and
+    the distinct lists of term indices its line bits choose among, in the order they first
+    appear (:func:`~.lane_logic.shared_bit_terms`): ``(terms, shared, keys)``. A group of
+    two lanes stands for any (its lines' pattern repeats every two lanes) where ``lines``
+    is not given."""
+    if lines is None:
+        CW = counter_bits
+        lines = _group_lines(Signal(2 * CW), Signal(2), Signal(2), Signal(1), Signal(1),
+                             counter_bits=CW)
+    terms = readout_terms(readout, beat, lines)
+    shared = shared_bit_terms(terms)
+    keys = []
+    for bit in shared:
+        key = tuple(indices for indices, _ in bit)
+        if key not in keys:
+            keys.append(key)
+    return terms, shared, keys
+
+
+def readout_code_bits(counter_bits):
+    """Bits of :func:`readout_codes` at ``counter_bits``."""
+    _, _, keys = _readout_terms(Signal(Readout), Signal(3), counter_bits=counter_bits)
+    return sum(code_bits(len(key)) for key in keys)
+
+
+def readout_codes(readout, beat, *, counter_bits):
+    """For each distinct list of kept bits a line bit chooses among (two at any counter
+    width: an even and an odd line bit's), the position of the bit that ``readout``'s line
+    ``beat`` gives, one code after the other; 0 where none does (a zero line). The control
+    plane sends them, so no tile repeats the decoding."""
+    terms, _, keys = _readout_terms(readout, beat, counter_bits=counter_bits)
+    return Cat(_code_of(terms, key, code_bits(len(key))) for key in keys)
 
 
 def late_word_layout():
@@ -219,8 +271,7 @@ class LaneTile(wiring.Component):
             "read_word": In(read_word_layout(self.rows)),
             "forward_word": In(forward_word_layout()),
             "fold_word": In(fold_word_layout(max_workers=self.max_workers,
-                                             counter_bits=self.counter_bits,
-                                             readout_lines=self.readout_lines)),
+                                             counter_bits=self.counter_bits)),
             "late_word": In(late_word_layout()),
             "pop_response": In(1),
             "pop_memory": In(1),
@@ -258,7 +309,7 @@ class LaneTile(wiring.Component):
             threshold_layout, threshold_fields = _part(fold_word, "majority", "gate_less_one")
         else:
             threshold_layout, threshold_fields = _pair_thresholds(fold_word, CW)
-        readout_layout, readout_fields = _part(fold_word, "capture", "readout", "beat")
+        readout_layout, readout_fields = _part(fold_word, "capture", "codes")
         buffer_layout, buffer_fields = _part(fold_word, "push_response", "push_memory",
                                              "memory_read")
         row_at = {READ_WORD_STAGE: read_word.row}
@@ -324,6 +375,7 @@ class LaneTile(wiring.Component):
         # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
         # it reads out the kept row, the beat's line of it. Each stage has its own copy of
         # the fields it uses.
+        _, _, code_keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=CW)
         group_flags = []
         response_line = []
         for g in range(T // G):
@@ -373,7 +425,7 @@ class LaneTile(wiring.Component):
                         name=f"g{g}_p{pair}_fold")
                     row_in.append(result)
                     tests.append(_pair_tests(m, result, thresholds, adds.invalid[lane], CW,
-                                             f"g{g}_p{pair}"))
+                                             f"g{g}_p{pair}", cells=self.cells))
                 else:
                     signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
                     tests.append({
@@ -435,32 +487,30 @@ class LaneTile(wiring.Component):
                 m.d.sync += [kept.eq(row_in), kept_sign.eq(joined("sign")),
                              kept_tie.eq(joined("tie")), kept_plus.eq(joined("positive")),
                              kept_minus.eq(joined("negative"))]
-            gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(G // 2))
-            lines = {
-                **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
-                                               data.View(count_layout(G, CW), kept),
-                                               counter_bits=CW),
-                **ENGINES[Route.GTERNARY].lines(gated,
-                                                data.View(sum_layout(G, CW), _sums_of_row(kept, CW)),
-                                                counter_bits=CW),
-            }
+            lines = _group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus,
+                                 counter_bits=CW)
             # Each line bit chooses among its own distinct kept bits (a G-Ternary sum's bits
             # are counter bits of the same row, so two readouts' lines often read one bit):
             # eight for an even line bit, ten for an odd one at 16 workers. The choice is by
-            # a code, the index of the bit the readout and beat ask for, registered per
-            # SELECT_BITS line bits and per list of bits (kept, or synthesis would merge the
-            # copies: one select reaching a whole group's lines cost the most on its first
-            # hop). A zero answer is the ring's to give (its entries keep ``quiet``).
-            terms = readout_terms(fold.readout, fold.beat, lines)
+            # a code, the index of the bit the readout and beat ask for, which arrives
+            # decoded in the fold word (one code a list of bits) and is registered per
+            # SELECT_BITS line bits and per list (kept, or synthesis would merge the copies:
+            # one select reaching a whole group's lines cost the most on its first hop).
+            # Decoded in each group, the codes took 78 LUT4s a tile, five levels deep. A
+            # zero answer is the ring's to give (its entries keep ``quiet``).
+            _, shared_bits, keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=CW,
+                                                  lines=lines)
+            assert keys == code_keys, "a group's line bits choose as the fold word's codes say"
+            code_of_key = dict(zip(keys, _split_codes(fold.codes, keys)))
             readout_codes, readout_bits = {}, []
-            for line_bit, shared in enumerate(shared_bit_terms(terms)):
+            for line_bit, shared in enumerate(shared_bits):
                 copy, key = line_bit // SELECT_BITS, tuple(indices for indices, _ in shared)
                 if (copy, key) not in readout_codes:
                     number = sum(1 for c, _ in readout_codes if c == copy)
                     readout_codes[copy, key] = code = Signal(
                         code_bits(len(key)), name=f"g{g}_code{copy}_{number}",
                         reset_less=True, attrs=KEEP)
-                    m.d.sync += code.eq(_code_of(terms, key, len(code)))
+                    m.d.sync += code.eq(code_of_key[key])
                 readout_bits.append(choose_by_code(
                     m, code=readout_codes[copy, key], sources=[bit for _, bit in shared],
                     cells=self.cells, name=f"g{g}_line_{line_bit}"))
@@ -587,7 +637,7 @@ def _pair_thresholds(word, counter_bits):
     return layout, Cat(word.low_threshold, majority.above[0] ^ majority.below[0])
 
 
-def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
+def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
     """The readout's comparisons of a pair of line bits whose lanes cannot fill, on the
     fold's result ``row`` (``2C`` bits), and its flags: ``{"sign", "tie"}`` (a bit per
     G-Binary lane), ``{"positive", "negative"}`` (the G-Ternary lane's ``GATED`` code) and
@@ -612,17 +662,35 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name):
     second = kept_compare(m, high[:C - 1], thresholds.low[:C - 1], f"{name}_high")
     within = kept_compare(m, low, ~thresholds.low, f"{name}_within")
     odd = thresholds.odd
+    # The +1 test is the low lane's SIGN with the sum's sign clear: left to synthesis, it
+    # read the kept SIGN, a level more after the carry chain than the other answers.
+    (greater, equal), *rest = first
+    if rest:
+        positive = gate(m, lambda s, g, e, lower: ~s & (g | e & lower),
+                        [sign, greater, equal, rest[0][0]], cells=cells, name=f"{name}_positive")
+    else:
+        positive = gate(m, lambda s, g: ~s & g, [sign, greater], cells=cells,
+                        name=f"{name}_positive")
     return {
         "sign": Cat(kept(m, joined_greater(first), f"{name}_low_sign"),
                     kept(m, top | joined_greater(second), f"{name}_high_sign")),
         "tie": Cat(kept(m, joined_equal(first) & ~odd, f"{name}_low_tie"),
                    kept(m, ~top & joined_equal(second) & ~odd, f"{name}_high_tie")),
-        "positive": kept(m, ~sign & joined_greater(first), f"{name}_positive"),
+        "positive": positive,
         "negative": kept(m, sign & ~joined_greater(within), f"{name}_negative"),
         # No lane fills: the engines fold where one could.
         "saturated": Const(0, 3),
         "invalid": invalid,
     }
+
+
+def _split_codes(codes, keys):
+    """The codes of ``keys``, in order, from their concatenation ``codes``."""
+    parts, low = [], 0
+    for key in keys:
+        parts.append(codes[low:low + code_bits(len(key))])
+        low += code_bits(len(key))
+    return parts
 
 
 def _code_of(terms, key, width):

@@ -38,7 +38,7 @@ from ..golden.validate import check_int
 from .lane_logic import kept
 
 __all__ = ["FoldAdder", "ForwardChoice", "CodeChoice", "choose_and_add", "choose_of_four",
-           "choose_by_code", "code_bits", "CELLS", "check_cells"]
+           "choose_by_code", "code_bits", "gate", "CELLS", "check_cells"]
 
 #: What a tile's fold adders may be built from: ``None`` (generic logic) or ``"ecp5"``.
 CELLS = (None, "ecp5")
@@ -52,8 +52,9 @@ def check_cells(cells):
 
 
 def _lut_init(function):
-    """The 16-bit INIT of an ECP5 LUT4 computing ``function(a, b, c, d)`` (bit ``8d+4c+2b+a``)."""
-    return sum(function(*(index >> shift & 1 for shift in range(4))) << index
+    """The 16-bit INIT of an ECP5 LUT4 computing ``function(a, b, c, d)`` (bit ``8d+4c+2b+a``;
+    only the result's lowest bit counts, so ``~`` may stand for NOT)."""
+    return sum((function(*(index >> shift & 1 for shift in range(4))) & 1) << index
                for index in range(16))
 
 
@@ -127,6 +128,26 @@ def choose_of_four(m, *, select, choices, cells, name):
             "LUT4", p_INIT=C(_second_of_four_init(), 16), i_A=inner, i_B=select[1],
             i_C=third[bit], i_D=fourth[bit], o_Z=chosen[bit])
     return chosen
+
+
+def gate(m, function, inputs, *, cells, name):
+    """``function(*inputs)`` of up to four one-bit ``inputs`` as one gate named ``name``: a
+    kept wire, or with ECP5 cells a LUT4 instance (``function`` on the bits 0 and 1 gives
+    its INIT).
+
+    Where the function of a kept gate contains another kept gate's, synthesis may read the
+    other gate's output and add a level; a LUT4 instance keeps its four inputs.
+    """
+    if not 1 <= len(inputs) <= 4:
+        raise ValueError(f"a gate takes one to four inputs, not {len(inputs)}")
+    if check_cells(cells) is None:
+        return kept(m, function(*inputs), name)
+    padded = [*inputs, *[C(0, 1)] * (4 - len(inputs))]
+    output = Signal(name=name)
+    m.submodules[f"{name}_lut"] = Instance(
+        "LUT4", p_INIT=C(_lut_init(lambda *bits: function(*bits[:len(inputs)])), 16),
+        i_A=padded[0], i_B=padded[1], i_C=padded[2], i_D=padded[3], o_Z=output)
+    return output
 
 
 def code_bits(count):

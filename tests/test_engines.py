@@ -9,7 +9,6 @@ from neuron_fabric.golden.params import FabricParams
 from neuron_fabric.golden.regmap import register_map
 from neuron_fabric.hw.control_plane import ControlPlane
 from neuron_fabric.hw.engines import ENGINES, engine
-from neuron_fabric.hw.lane_tile import LaneTile
 from neuron_fabric.hw.layouts import (lane_layout, request_layout, response_layout,
                                       ternary_code)
 from neuron_fabric.golden import gternary
@@ -57,9 +56,6 @@ def test_hardware_fields_are_as_wide_as_the_golden_enums():
     plane = ControlPlane(params=SMALL)
     assert plane.i_req.payload.shape()["op"].width == enum_bits(Op)
     assert plane.o_resp.payload.shape()["status"].width == enum_bits(Status)
-    assert plane.fold_words[0].shape()["readout"].width == enum_bits(Readout)
-    tile = LaneTile(tile_lanes=8, group_lanes=8, max_workers=4, rows=16)
-    assert tile.fold_word.shape()["readout"].width == enum_bits(Readout)
     # The CSR fields the control plane reads the route and readout from have the same widths.
     config = register_map(SMALL)["WIN0_CONFIG"]
     assert config.field("ROUTE").width == Shape.cast(Route).width

@@ -24,9 +24,8 @@ def _pair_bench():
     m = Module()
     ports = {"row": Signal(2 * COUNTER_BITS), "readout": Signal(Readout),
              "num_workers": Signal(range(MAX_WORKERS + 1)), "gate": Signal(8)}
-    word = Signal(lane_tile.fold_word_layout(
-        max_workers=MAX_WORKERS, counter_bits=COUNTER_BITS,
-        readout_lines=lane_tile.most_readout_lines(COUNTER_BITS)))
+    word = Signal(lane_tile.fold_word_layout(max_workers=MAX_WORKERS,
+                                             counter_bits=COUNTER_BITS))
     threshold = gate_less_one(ports["gate"], counter_bits=COUNTER_BITS)
     m.d.comb += [word.majority.eq(majority_thresholds(ports["num_workers"],
                                                       max_workers=MAX_WORKERS)),

@@ -1,5 +1,5 @@
-"""The tile's row logic: the ECP5 cell forms of the fold adder, the forwarding choice and the
-readout's code choice proven equal to the generic ones, bad choices refused."""
+"""The tile's row logic: the ECP5 cell forms of the fold adder, the forwarding choice, the
+readout's code choice and a gate proven equal to the generic ones, bad choices refused."""
 
 import random
 import re
@@ -8,6 +8,8 @@ import subprocess
 import pytest
 from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from neuron_fabric.gen.verilog import yosys_binary
@@ -42,6 +44,29 @@ class _Miter(Elaboratable):
 ADDER = (FoldAdder, [("addend", None), ("last", None), ("chosen", None), ("from_last", 1)], "sum")
 CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("fourth", None),
                           ("select", 2)], "chosen")
+
+
+class _PlusTest(wiring.Component):
+    """The tile's +1 test as a :func:`~neuron_fabric.hw.row_cells.gate` of ``inputs`` bits
+    (the sum's sign, then the comparison's halves; ``width`` picks two or four)."""
+
+    def __init__(self, width, *, cells=None):
+        self.cells = cells
+        self.function = PLUS_TESTS[width]
+        super().__init__({"bits": In(width), "plus": Out(1)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.d.comb += self.plus.eq(row_cells.gate(
+            m, self.function, list(self.bits), cells=self.cells, name="plus"))
+        return m
+
+
+PLUS_TESTS = {2: lambda s, g: ~s & g, 4: lambda s, g, e, lower: ~s & (g | e & lower)}
+
+
+def plus_test(width):
+    return (_PlusTest, [("bits", None)], "plus")
 
 
 def choice(count):
@@ -124,6 +149,38 @@ def test_the_proof_finds_a_code_choice_with_a_pfumx_the_wrong_way_round(monkeypa
     assert not _forms_proven_equal(10, tmp_path, choice(10))
 
 
+@pytest.mark.parametrize("width", sorted(PLUS_TESTS))
+def test_the_lut_form_of_a_gate_equals_the_generic_one(width, tmp_path):
+    assert _forms_proven_equal(width, tmp_path, plus_test(width))
+
+
+def test_the_proof_finds_a_gate_whose_lut_has_one_wrong_bit(monkeypatch, tmp_path):
+    real = row_cells._lut_init
+    monkeypatch.setattr(row_cells, "_lut_init", lambda function: real(function) ^ 1 << 6)
+    assert not _forms_proven_equal(4, tmp_path, plus_test(4))
+
+
+def test_the_generic_gate_computes_its_function():
+    block = _PlusTest(4)
+
+    async def bench(ctx):
+        for bits in range(16):
+            ctx.set(block.bits, bits)
+            s, g, e, lower = (bits >> k & 1 for k in range(4))
+            assert ctx.get(block.plus) == (not s and (g or e and lower))
+
+    sim = Simulator(block)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize("inputs", [0, 5])
+def test_a_gate_refuses_too_few_or_too_many_inputs(inputs):
+    with pytest.raises(ValueError, match=f"a gate takes one to four inputs, not {inputs}"):
+        row_cells.gate(Module(), lambda *bits: 0, [Signal() for _ in range(inputs)],
+                       cells="ecp5", name="g")
+
+
 @pytest.mark.parametrize("count", [1, 2, 5, 8, 10])
 def test_the_generic_code_choice_takes_the_coded_source(count):
     block = CodeChoice(count)
@@ -194,13 +251,13 @@ def test_a_lane_tile_refuses_cells_it_cannot_build():
 
 
 def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
-    """The ECP5 tile's netlist: a CCU2C per two row bits, two LUT4s per row bit and the
-    readout's multiplexers; the generic tile has none of them."""
+    """The ECP5 tile's netlist: a CCU2C per two row bits, two LUT4s per row bit, a LUT4 per
+    pair for the +1 test and the readout's multiplexers; the generic tile has none of them."""
     tile = LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4, cells="ecp5")
     row_bits = 4 * 3   # four line bits, three-bit counters
     netlist = rtlil.convert(tile, name="tile")
     assert netlist.count("cell \\CCU2C") == row_bits // 2
-    assert netlist.count("cell \\LUT4") == 2 * row_bits
+    assert netlist.count("cell \\LUT4") == 2 * row_bits + 2   # and a +1 test a pair
     # The readout at three-bit counters: an odd line bit chooses among seven kept bits (two
     # PFUMX and an L6MUX21), an even one among six (one PFUMX for the first four).
     assert netlist.count("cell \\L6MUX21") == 2 and netlist.count("cell \\PFUMX") == 6
