@@ -153,9 +153,18 @@ def _readout_terms(readout, beat, *, counter_bits, lines=None):
     return terms, shared, keys
 
 
+def _code_keys(counter_bits, lines=None):
+    """The distinct lists of term indices the line bits of a group (``lines``, or any group)
+    choose among (:func:`_readout_terms`); the line bits, each a list of its terms' indices
+    and its kept bit."""
+    _, shared, keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=counter_bits,
+                                     lines=lines)
+    return keys, shared
+
+
 def readout_code_bits(counter_bits):
     """Bits of :func:`readout_codes` at ``counter_bits``."""
-    _, _, keys = _readout_terms(Signal(Readout), Signal(3), counter_bits=counter_bits)
+    keys, _ = _code_keys(counter_bits)
     return sum(code_bits(len(key)) for key in keys)
 
 
@@ -375,7 +384,7 @@ class LaneTile(wiring.Component):
         # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
         # it reads out the kept row, the beat's line of it. Each stage has its own copy of
         # the fields it uses.
-        _, _, code_keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=CW)
+        code_keys, _ = _code_keys(CW)
         group_flags = []
         response_line = []
         for g in range(T // G):
@@ -498,8 +507,7 @@ class LaneTile(wiring.Component):
             # one select reaching a whole group's lines cost the most on its first hop).
             # Decoded in each group, the codes took 78 LUT4s a tile, five levels deep. A
             # zero answer is the ring's to give (its entries keep ``quiet``).
-            _, shared_bits, keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=CW,
-                                                  lines=lines)
+            keys, shared_bits = _code_keys(CW, lines)
             assert keys == code_keys, "a group's line bits choose as the fold word's codes say"
             code_of_key = dict(zip(keys, _split_codes(fold.codes, keys)))
             readout_codes, readout_bits = {}, []
