@@ -26,7 +26,7 @@ from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_re
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
-           "late_word_layout", "low_threshold", "readout_codes", "readout_code_bits",
+           "late_word_layout", "low_threshold", "readout_codes", "readout_code_bits", "plus_test",
            "most_readout_lines", "LOOP_LAYOUT",
            "READ_WORD_STAGE", "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE",
            "LATE_WORD_STAGE", "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
@@ -274,7 +274,6 @@ class LaneTile(wiring.Component):
         self.rows = check_int("rows", rows, low=1)
         self.buffer_depth = check_int("buffer_depth", buffer_depth, low=2, high=1024)
         self.cells = check_cells(cells)
-        self.readout_lines = most_readout_lines(self.counter_bits)
         super().__init__({
             "i_data": In(self.tile_lanes),
             "read_word": In(read_word_layout(self.rows)),
@@ -645,6 +644,13 @@ def _pair_thresholds(word, counter_bits):
     return layout, Cat(word.low_threshold, majority.above[0] ^ majority.below[0])
 
 
+def plus_test(sign, greater, equal, lower):
+    """The G-Ternary +1 test of a pair from its sum's sign and the low tree's halves
+    (:func:`~.lane_logic.kept_compare`): the sum is positive and its low bits exceed the
+    threshold."""
+    return ~sign & (greater | equal & lower)
+
+
 def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
     """The readout's comparisons of a pair of line bits whose lanes cannot fill, on the
     fold's result ``row`` (``2C`` bits), and its flags: ``{"sign", "tie"}`` (a bit per
@@ -673,12 +679,8 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
     # The +1 test is the low lane's SIGN with the sum's sign clear: left to synthesis, it
     # read the kept SIGN, a level more after the carry chain than the other answers.
     (greater, equal), *rest = first
-    if rest:
-        positive = gate(m, lambda s, g, e, lower: ~s & (g | e & lower),
-                        [sign, greater, equal, rest[0][0]], cells=cells, name=f"{name}_positive")
-    else:
-        positive = gate(m, lambda s, g: ~s & g, [sign, greater], cells=cells,
-                        name=f"{name}_positive")
+    positive = gate(m, plus_test, [sign, greater, equal, rest[0][0] if rest else Const(0, 1)],
+                    cells=cells, name=f"{name}_positive")
     return {
         "sign": Cat(kept(m, joined_greater(first), f"{name}_low_sign"),
                     kept(m, top | joined_greater(second), f"{name}_high_sign")),
