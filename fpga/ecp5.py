@@ -698,8 +698,8 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     record holds the cell counts, and per grade every seed's Fmax and place-and-route
     seconds in the order tried (a run kept from an earlier one is marked ``kept``, with the
     seconds it took then), the median, its critical path and utilization. With
-    ``floorplan_rows``, every block RAM is first pinned to a site over that many block RAM
-    rows (:func:`.floorplan.pin_block_rams`).
+    ``floorplan_rows``, every lane tile's block RAM is first pinned to a site over that many
+    block RAM rows (:func:`.floorplan.pin_block_rams`).
     """
     work = pathlib.Path(work)
     if ports is None and isinstance(design, port_registers):
@@ -717,7 +717,7 @@ def measure(design, *, module, work, grades, seeds, ports=None, wrapper_ff=0, lo
     if floorplan_rows:
         pinned = pin_block_rams(work / "synth.json", rows=floorplan_rows)
         record["floorplan_rows"] = floorplan_rows
-        log(f"ecp5: {module}: {len(pinned)} block RAMs pinned over {floorplan_rows} row(s)"
+        log(f"ecp5: {module}: {len(pinned)} tile block RAMs pinned over {floorplan_rows} row(s)"
             if pinned else f"ecp5: {module}: no block RAM to pin")
     if isinstance(design, port_registers):
         wrapper_ff = wrapper_flops(_netlist(work), module)

@@ -1,10 +1,12 @@
 """A block RAM floorplan for the controller top on the ECP5-85F parts.
 
 nextpnr-ecp5 takes a ``BEL`` attribute on a DP16KD cell (``X4/Y46/EBR0``) as a placement
-constraint. :func:`pin_block_rams` sets it on every block RAM of a synthesized netlist: each
-lane tile's banks side by side, the tiles in order along the block RAM rows nearest the
-middle of the die, and the control plane's block RAM in the middle of the first row, so that
-its paths to the tiles are as short on both sides.
+constraint. :func:`pin_block_rams` sets it on every lane tile's block RAM of a synthesized
+netlist: each tile's banks side by side, the tiles in order along the block RAM rows nearest
+the middle of the die. The control plane's block RAM (the bitmaps) is left to nextpnr, which
+puts it at a free site beside the control plane's logic: pinned in the middle of the first
+row, it sat 12 to 16 columns from the logic that reads it, and that net (3.1 to 3.8 ns)
+started the worst paths of two of three seeds at speed 6 (``docs/fpga.md``).
 """
 
 import json
@@ -70,17 +72,14 @@ def block_ram_groups(cells):
     return [tiles[t] for t in sorted(tiles)], control
 
 
-def layout(tiles, control, *, rows=2):
+def layout(tiles, *, rows=2):
     """``{cell: BEL}``: ``tiles`` (lists of cell names, in order) spread over the ``rows`` block
-    RAM rows nearest the middle, each tile's cells side by side and every row centred, with
-    ``control`` in the middle of the first row."""
+    RAM rows nearest the middle, each tile's cells side by side and every row centred."""
     check_rows(rows)
     per_row = -(-len(tiles) // rows)
     placed = {}
     for r, row in enumerate(_ROWS_BY_COUNT[rows]):
         groups = tiles[r * per_row:(r + 1) * per_row]
-        if r == 0:
-            groups = groups[:len(groups) // 2] + [control] + groups[len(groups) // 2:]
         names = [name for group in groups for name in group]
         if len(names) > len(EBR_COLUMNS):
             raise ValueError(f"{len(names)} block RAMs do not fit the {len(EBR_COLUMNS)} sites "
@@ -91,15 +90,17 @@ def layout(tiles, control, *, rows=2):
 
 
 def pin_block_rams(path, *, rows=2):
-    """Set the ``BEL`` of every DP16KD in the top module of the netlist at ``path`` (Yosys
-    JSON, rewritten in place) to :func:`layout`'s site. Returns ``{cell: BEL}``."""
+    """Set the ``BEL`` of every lane tile's DP16KD in the top module of the netlist at
+    ``path`` (Yosys JSON, rewritten in place) to :func:`layout`'s site; the control plane's
+    are left to nextpnr. Returns ``{cell: BEL}``."""
     path = pathlib.Path(path)
     netlist = json.loads(path.read_text(encoding="utf-8"))
     tops = [m for m in netlist["modules"].values() if m.get("attributes", {}).get("top")]
     if len(tops) != 1:
         raise ValueError(f"{path}: expected one top module, found {len(tops)}")
     cells = tops[0]["cells"]
-    placed = layout(*block_ram_groups(cells), rows=rows)
+    tiles, _ = block_ram_groups(cells)
+    placed = layout(tiles, rows=rows)
     for name, bel in placed.items():
         cells[name].setdefault("attributes", {})["BEL"] = bel
     path.write_text(json.dumps(netlist), encoding="utf-8")

@@ -69,14 +69,14 @@ def _where(bel):
 
 
 @pytest.mark.parametrize("rows", [2, 4])
-def test_each_tile_sits_side_by_side_in_tile_order_with_the_control_plane_in_the_middle(rows):
+def test_each_tile_sits_side_by_side_in_tile_order(rows):
     tiles, control = block_ram_groups(_top_cells(16, 5))
     assert [len(t) for t in tiles] == [5] * 16 and control == ["dut.control.bitmaps.0.0"]
     assert tiles[10][0] == "dut.tile_10.slots.0.0"       # tile 10 after tile 9, not after 1
     wide, _ = block_ram_groups(_top_cells(2, 12))        # bank 10 after bank 9, too
     assert wide[1] == [f"dut.tile_1.slots.0.{k}" for k in range(12)]
-    placed = layout(tiles, control, rows=rows)
-    assert len(placed) == 81 and len(set(placed.values())) == 81
+    placed = layout(tiles, rows=rows)
+    assert len(placed) == 80 and len(set(placed.values())) == 80
     per_row = 16 // rows
     first_row = _where(placed[tiles[0][0]])[0]
     assert first_row == 46                               # the first row is the die's middle
@@ -87,11 +87,6 @@ def test_each_tile_sits_side_by_side_in_tile_order_with_the_control_plane_in_the
         if t % per_row:                                  # after the previous tile of its row
             before = _where(placed[tiles[t - 1][-1]])
             assert before[0] == where[0][0] and before[1] < where[0][1]
-    # The control plane's block RAM between the two halves of the first row's tiles.
-    y, i = _where(placed[control[0]])
-    assert y == first_row
-    assert _where(placed[tiles[per_row // 2 - 1][-1]])[1] == i - 1
-    assert _where(placed[tiles[per_row // 2][0]])[1] == i + 1
     # Every row centred: as many free sites on each side, give or take one.
     for row in {y for y, _ in map(_where, placed.values())}:
         used = sorted(i for y, i in map(_where, placed.values()) if y == row)
@@ -99,11 +94,11 @@ def test_each_tile_sits_side_by_side_in_tile_order_with_the_control_plane_in_the
 
 
 def test_a_floorplan_that_does_not_fit_or_has_no_rows_is_refused():
-    tiles, control = block_ram_groups(_top_cells(16, 5))
-    with pytest.raises(ValueError, match="81 block RAMs do not fit the 52 sites of a row"):
-        layout(tiles, control, rows=1)
+    tiles, _ = block_ram_groups(_top_cells(16, 5))
+    with pytest.raises(ValueError, match="80 block RAMs do not fit the 52 sites of a row"):
+        layout(tiles, rows=1)
     with pytest.raises(ValueError, match="1 to 4 rows .*not 5"):
-        layout(tiles, control, rows=5)
+        layout(tiles, rows=5)
     with pytest.raises(ValueError, match="row 30 holds no block RAM"):
         ebr_site(30, 0)
     with pytest.raises(ValueError, match="site 52 is past the 52 sites"):
@@ -126,7 +121,7 @@ def test_the_flow_refuses_a_bad_floorplan_before_any_run(command, monkeypatch, c
     assert "expected comma-separated row counts or `auto`, not 'two'" in capsys.readouterr().err
 
 
-def test_pinning_sets_the_bel_of_every_block_ram_and_nothing_else(tmp_path):
+def test_pinning_sets_the_bel_of_every_tile_block_ram_and_nothing_else(tmp_path):
     cells = _top_cells(4, 5)
     path = tmp_path / "synth.json"
     path.write_text(json.dumps({"modules": {
@@ -134,12 +129,13 @@ def test_pinning_sets_the_bel_of_every_block_ram_and_nothing_else(tmp_path):
         "top": {"attributes": {"top": "1"}, "cells": cells}}}))
     placed = pin_block_rams(path, rows=2)
     again = pin_block_rams(path, rows=2)
-    assert placed == again and len(placed) == 21
+    assert placed == again and len(placed) == 20
     netlist = json.loads(path.read_text())
     top = netlist["modules"]["top"]["cells"]
     assert {name: c["attributes"]["BEL"] for name, c in top.items()
             if "BEL" in c["attributes"]} == placed
     assert "BEL" not in top["dut.tile_3.other_lut"]["attributes"]
+    assert "BEL" not in top["dut.control.bitmaps.0.0"]["attributes"]   # left to nextpnr
     assert netlist["modules"]["other"]["cells"]["dut.tile_0.slots.0.0"]["attributes"] == {}
 
 
