@@ -465,6 +465,7 @@ class ControlPlane(wiring.Component):
         m.d.comb += [
             fold_word.fold_gbinary.eq(writes_window & gbinary),
             fold_word.fold_gternary.eq(writes_window & ~gbinary),
+            fold_word.fold_any.eq(writes_window),
             fold_word.clear.eq((request & s["claimed"] & is_read_clear) | s["sweep"]),
             fold_word.from_last.eq(from_w1),
             fold_word.capture.eq(~s["beat_word"]),

@@ -145,7 +145,7 @@ def kept_halves(m, terms, op, name):
             for side, chunk in (("a", terms[:half]), ("b", terms[half:])) if chunk]
 
 
-def kept_compare(m, a, b, name):
+def kept_compare(m, a, b, name, *, equal=True):
     """Compare unsigned ``a`` and ``b`` of equal widths as kept four-input gates: returns
     ``[(greater, equal)]`` of the most and the least significant halves of their bits (one
     pair for two bits or fewer), for the caller's own gate to join: ``a > b`` is
@@ -156,27 +156,47 @@ def kept_compare(m, a, b, name):
     lone most significant bit (an odd width) is left to the gate that joins it, as its two
     bits. With the caller's gate that is two levels for up to 4 bits, three for up to 8.
     Left to synthesis, a comparison in a lane's fold cycle became a chain of four LUT levels.
+
+    With ``equal=False`` only ``a > b`` is asked for: the least significant half's equal is
+    None, and no gate is built for an equal that only an equality would read (kept, it would
+    stay in the netlist with nothing reading it). Where the width is odd and the other bits
+    join in one level (five bits), the lone top bit is then the most significant half on its
+    own: the caller's gate reads it and the joined rest, one gate fewer at the same depth.
     """
     a, b = Value.cast(a), Value.cast(b)
     if len(a) != len(b) or not len(a):
         raise ValueError(f"kept_compare operands must have equal, nonzero widths, not "
                          f"{len(a)} and {len(b)}")
-    pieces = []   # (greater, equal), most significant first
+
+    def later(value, label):
+        """An equal built as a kept gate when first asked for (``value`` gives it)."""
+        built = []
+
+        def get():
+            if not built:
+                built.append(kept(m, value(), label))
+            return built[0]
+        return get
+
+    pieces = []   # (greater, equal as a function), most significant first
     for low in reversed(range(0, len(a), 2)):
         # Written as gates: ``>`` would become a carry chain.
-        greater, equal = a[low] & ~b[low], ~(a[low] ^ b[low])
+        greater, same = a[low] & ~b[low], ~(a[low] ^ b[low])
         if low + 1 < len(a):
             high_equal = ~(a[low + 1] ^ b[low + 1])
-            greater = a[low + 1] & ~b[low + 1] | high_equal & greater
-            equal = high_equal & equal
-            greater, equal = kept(m, greater, f"{name}_gt{low}"), kept(m, equal, f"{name}_eq{low}")
-        pieces.append((greater, equal))
+            greater = kept(m, a[low + 1] & ~b[low + 1] | high_equal & greater, f"{name}_gt{low}")
+            same = later(lambda high_equal=high_equal, same=same: high_equal & same,
+                         f"{name}_eq{low}")
+        else:
+            same = (lambda same=same: same)
+        pieces.append((greater, same))
 
     def join(chunk, label):
         level = 0
         while len(chunk) > 1:
-            joined = [(kept(m, g_hi | e_hi & g_lo, f"{name}_{label}{level}_gt{index}"),
-                       kept(m, e_hi & e_lo, f"{name}_{label}{level}_eq{index}"))
+            joined = [(kept(m, g_hi | e_hi() & g_lo, f"{name}_{label}{level}_gt{index}"),
+                       later(lambda e_hi=e_hi, e_lo=e_lo: e_hi() & e_lo(),
+                             f"{name}_{label}{level}_eq{index}"))
                       for index, ((g_hi, e_hi), (g_lo, e_lo))
                       in enumerate(zip(chunk[0::2], chunk[1::2]))]
             chunk = joined + chunk[len(joined) * 2:]
@@ -184,9 +204,15 @@ def kept_compare(m, a, b, name):
         return chunk[0]
 
     if len(pieces) == 1:
-        return pieces
-    half = (len(pieces) + 1) // 2
-    return [join(pieces[:half], "hi"), join(pieces[half:], "lo")]
+        halves = pieces
+    else:
+        half = (len(pieces) + 1) // 2
+        if not equal and len(a) % 2 and len(pieces) == 3:
+            half = 1
+        halves = [join(pieces[:half], "hi"), join(pieces[half:], "lo")]
+    (lowest_greater, lowest_equal) = halves[-1]
+    return [(greater, same()) for greater, same in halves[:-1]] + [
+        (lowest_greater, lowest_equal() if equal else None)]
 
 
 def joined_greater(halves):

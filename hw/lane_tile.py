@@ -9,6 +9,8 @@ plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile t
 thing through four registered control words.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
 from amaranth.lib import data, enum, memory, wiring
 from amaranth.lib.wiring import In, Out
@@ -97,6 +99,7 @@ def fold_word_layout(*, max_workers, counter_bits):
     return data.StructLayout({
         "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
         "fold_gternary": 1,   # add the line's codes (a write to a G-Ternary window)
+        "fold_any": 1,        # either of the two
         "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
         "from_last": 1,       # the previous word wrote this row: fold its result
         "capture": 1,         # keep this word's readout (not a later beat)
@@ -432,7 +435,7 @@ class LaneTile(wiring.Component):
                         chosen=row_chosen[bits], cells=self.cells,
                         name=f"g{g}_p{pair}_fold")
                     row_in.append(result)
-                    tests.append(_pair_tests(m, result, thresholds, adds.invalid[lane], CW,
+                    tests.append(_pair_tests(m, result, thresholds, CW,
                                              f"g{g}_p{pair}", cells=self.cells))
                 else:
                     signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
@@ -474,8 +477,11 @@ class LaneTile(wiring.Component):
             # The lanes' flags are registered before they are ORed, off the fold's path.
             saturated = Signal(len(joined("saturated")), name=f"g{g}_saturated",
                                reset_less=True)
-            invalid = Signal(G // 2, name=f"g{g}_invalid", reset_less=True)
-            m.d.sync += [saturated.eq(joined("saturated")), invalid.eq(joined("invalid"))]
+            # Invalid codes: the engines test the codes they fold; otherwise the group's
+            # tests were made with the addends, a cycle earlier.
+            invalid_codes = joined("invalid") if adds is None else adds.invalid[g]
+            invalid = Signal(len(invalid_codes), name=f"g{g}_invalid", reset_less=True)
+            m.d.sync += [saturated.eq(joined("saturated")), invalid.eq(invalid_codes)]
             flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
             m.d.sync += flags.eq(Cat(saturated.any(), invalid.any()))
             group_flags.append(flags)
@@ -553,8 +559,9 @@ class LaneTile(wiring.Component):
 
     def _fold_adds(self, m, line, fold_word):
         """The registered addend bits of every pair of line bits (:func:`_pair_addend`),
-        ``low``, ``sign`` and ``high``, and ``invalid`` (a G-Ternary write's code is
-        invalid), from the line and the word's route, a cycle before the fold.
+        ``low``, ``sign`` and ``high``, from the line and the word's route, a cycle before
+        the fold; and ``invalid``, a list with each group of lanes' tests of its G-Ternary
+        codes, a bit for every two pairs of line bits: one of them is invalid.
 
         A pair's two line bits are, in a G-Binary window, the votes of two lanes, whose
         counters sit side by side in the pair's ``2C`` row bits (low and high); in a
@@ -563,17 +570,35 @@ class LaneTile(wiring.Component):
         (invalid) and ``00`` add 0. A word that does not fold its route adds 0.
         """
         pairs = self.tile_lanes // 2
-        adds = Signal(data.StructLayout({name: pairs for name in
-                                         ("low", "sign", "high", "invalid")}),
+        adds = Signal(data.StructLayout({name: pairs for name in ("sign", "high")}),
                       name="adds", reset_less=True)
+        # The low bit is the pair's first line bit whichever route folds, so its register
+        # needs no gate: it is zeroed, where no route folds, by its synchronous reset.
+        low = Signal(pairs, name="adds_low", reset_less=True)
         gbinary, gternary = fold_word.fold_gbinary, fold_word.fold_gternary
+        with m.If(fold_word.fold_any):
+            m.d.sync += low.eq(line[0::2])
+        with m.Else():
+            m.d.sync += low.eq(0)
         for t in range(pairs):
             first, second = line[2 * t], line[2 * t + 1]
             minus = gternary & first & second
-            m.d.sync += [adds.low[t].eq(first & (gbinary | gternary)), adds.sign[t].eq(minus),
-                         adds.high[t].eq((gbinary & second) | minus),
-                         adds.invalid[t].eq(gternary & (Cat(first, second) == INVALID_CODE))]
-        return adds
+            m.d.sync += [adds.sign[t].eq(minus), adds.high[t].eq((gbinary & second) | minus)]
+        # Two pairs' codes are four line bits, a LUT4 that tests both; each such test is
+        # zeroed, where the word folds no G-Ternary line, by its register's reset.
+        invalid = []
+        for g in range(self.tile_lanes // self.group_lanes):
+            group_pairs = range(g * self.group_lanes // 2, (g + 1) * self.group_lanes // 2)
+            tests = [Cat(line[2 * t:2 * t + 2] == INVALID_CODE
+                         for t in group_pairs[k:k + 2]).any()
+                     for k in range(0, len(group_pairs), 2)]
+            codes = Signal(len(tests), name=f"g{g}_invalid_in_line", reset_less=True)
+            with m.If(gternary):
+                m.d.sync += codes.eq(Cat(tests))
+            with m.Else():
+                m.d.sync += codes.eq(0)
+            invalid.append(codes)
+        return SimpleNamespace(low=low, sign=adds.sign, high=adds.high, invalid=invalid)
 
     def _engines(self, m, name):
         """Every route's engine (:data:`~.engines.ENGINES`) for one pair of line bits, named
@@ -651,12 +676,11 @@ def plus_test(sign, greater, equal, lower):
     return ~sign & (greater | equal & lower)
 
 
-def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
+def _pair_tests(m, row, thresholds, counter_bits, name, *, cells=None):
     """The readout's comparisons of a pair of line bits whose lanes cannot fill, on the
     fold's result ``row`` (``2C`` bits), and its flags: ``{"sign", "tie"}`` (a bit per
     G-Binary lane), ``{"positive", "negative"}`` (the G-Ternary lane's ``GATED`` code) and
-    ``{"saturated", "invalid"}`` (``invalid``: the folded code was invalid, tested with the
-    addend).
+    ``{"saturated"}`` (invalid codes are tested with the addends, :meth:`LaneTile._fold_adds`).
 
     Three comparison trees (:func:`~.lane_logic.kept_compare`), where each route alone
     needs two, all against the one threshold the control plane chose for the readout
@@ -674,7 +698,7 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
     top = high[C - 1]
     first = kept_compare(m, low, thresholds.low, f"{name}_low")
     second = kept_compare(m, high[:C - 1], thresholds.low[:C - 1], f"{name}_high")
-    within = kept_compare(m, low, ~thresholds.low, f"{name}_within")
+    within = kept_compare(m, low, ~thresholds.low, f"{name}_within", equal=False)
     odd = thresholds.odd
     # The +1 test is the low lane's SIGN with the sum's sign clear: left to synthesis, it
     # read the kept SIGN, a level more after the carry chain than the other answers.
@@ -690,7 +714,6 @@ def _pair_tests(m, row, thresholds, invalid, counter_bits, name, *, cells=None):
         "negative": kept(m, sign & ~joined_greater(within), f"{name}_negative"),
         # No lane fills: the engines fold where one could.
         "saturated": Const(0, 3),
-        "invalid": invalid,
     }
 
 

@@ -137,8 +137,8 @@ class TernaryGateEngine(wiring.Component):
             top, bottom = ((total == limit, total == -limit) if self.saturates
                            else (C(0, 1), C(0, 1)))
             sign, low = total[-1], total[:cw]
-            above = kept_compare(m, low, threshold, f"lane{lane}_above")
-            within = kept_compare(m, low, ~threshold, f"lane{lane}_within")
+            above = kept_compare(m, low, threshold, f"lane{lane}_above", equal=False)
+            within = kept_compare(m, low, ~threshold, f"lane{lane}_within", equal=False)
             m.d.comb += [
                 up[lane].eq(p_in.fold[lane] & (code == PLUS_CODE)),
                 down[lane].eq(p_in.fold[lane] & (code == MINUS_CODE)),

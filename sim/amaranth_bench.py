@@ -57,8 +57,12 @@ class BenchResult:
     cycles: int
 
 
-def _payload(request, params):
-    data = request.data if request.op is Op.WRITE else bytes(params.line_bits // 8)
+def _payload(request, params, noise):
+    """The request's bus payload; a request that is not a WRITE carries a line of ``noise``
+    (a generator's bytes), which the controller must ignore."""
+    line_bytes = params.line_bits // 8
+    data = (request.data if request.op is Op.WRITE
+            else noise.integers(0, 256, line_bytes, dtype=np.uint8).tobytes())
     return {"op": int(request.op), "addr": request.addr, "worker": request.worker,
             "data": _lines.line_to_int(data)}
 
@@ -73,6 +77,7 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=No
     """
     params = params or FabricParams()
     rng = np.random.default_rng(seed)
+    noise = np.random.default_rng([seed, 1])   # reads' data lines, apart from the timing
     dut = Controller(params=params, **controller)
     model = ControllerModel(params)
     expected, model_reads = [], []
@@ -124,7 +129,7 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=No
             offer = isinstance(op, Request) and rng.random() >= timing.idle
             ctx.set(dut.i_req.valid, offer)
             if offer:
-                ctx.set(dut.i_req.payload, _payload(op, params))
+                ctx.set(dut.i_req.payload, _payload(op, params, noise))
             stalled = timing.response_stall[0] <= cycle < timing.response_stall[1]
             ctx.set(dut.o_resp.ready, not stalled and rng.random() >= timing.backpressure)
             mem_stalled = timing.memory_stall[0] <= cycle < timing.memory_stall[1]

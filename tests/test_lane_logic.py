@@ -4,7 +4,7 @@ import itertools
 import random
 
 import pytest
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Fragment, Module, Signal
 from amaranth.sim import Simulator
 
 from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
@@ -135,6 +135,54 @@ def test_kept_compare_is_a_tree_of_kept_gates(width, names):
     halves = kept_compare(Module(), Signal(width), Signal(width), "c")
     assert [greater.name for greater, _ in halves] == names
     assert all(gate.attrs["keep"] == 1 for half in halves for gate in half)
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 4, 5, 6, 7])
+def test_kept_compare_for_greater_only_joins_to_greater(width):
+    """Asked for ``>`` alone, the halves still join to ``>`` for every pair of values."""
+    m = Module()
+    a, b = Signal(width), Signal(width)
+    greater = Signal()
+    halves = kept_compare(m, a, b, "c", equal=False)
+    assert halves[-1][1] is None
+    m.d.comb += greater.eq(joined_greater(halves))
+    got = {}
+
+    async def bench(ctx):
+        for x, y in itertools.product(range(1 << width), repeat=2):
+            ctx.set(a, x)
+            ctx.set(b, y)
+            got[x, y] = ctx.get(greater)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {(x, y): int(x > y) for x, y in itertools.product(range(1 << width), repeat=2)}
+
+
+def _kept_gates(m):
+    return sorted(signal.name for signal, _ in _assigned(m))
+
+
+def _assigned(m):
+    fragment = Fragment.get(m, None)
+    return [(statement.lhs, statement.rhs) for statements in fragment.statements.values()
+            for statement in statements]
+
+
+@pytest.mark.parametrize("width,gates,with_equal", [
+    (4, ["c_eq2", "c_gt0", "c_gt2"], ["c_eq0", "c_eq2", "c_gt0", "c_gt2"]),
+    # The lone top bit stands alone; the two pairs below it join in one gate.
+    (5, ["c_eq2", "c_gt0", "c_gt2", "c_lo0_gt0"],
+     ["c_eq0", "c_eq2", "c_gt0", "c_gt2", "c_hi0_eq0", "c_hi0_gt0"]),
+])
+def test_kept_compare_for_greater_only_builds_no_gate_nothing_reads(width, gates, with_equal):
+    """Every kept gate of a ``>``-only tree is read by another or by the caller's join; the
+    full comparison of five bits takes two more (the lowest pair's equal and the top's)."""
+    for equal, expected in ((False, gates), (True, with_equal)):
+        m = Module()
+        kept_compare(m, Signal(width), Signal(width), "c", equal=equal)
+        assert _kept_gates(m) == expected
 
 
 def test_kept_compare_refuses_operands_of_different_widths():

@@ -35,7 +35,7 @@ def _pair_bench():
     layout, fields = lane_tile._pair_thresholds(word, COUNTER_BITS)
     thresholds = Signal(layout)
     m.d.comb += thresholds.eq(fields)
-    tests = lane_tile._pair_tests(m, ports["row"], thresholds, 0, COUNTER_BITS, "pair")
+    tests = lane_tile._pair_tests(m, ports["row"], thresholds, COUNTER_BITS, "pair")
     return m, ports, tests
 
 
