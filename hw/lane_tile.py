@@ -99,7 +99,7 @@ def fold_word_layout(*, max_workers, counter_bits):
     return data.StructLayout({
         "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
         "fold_gternary": 1,   # add the line's codes (a write to a G-Ternary window)
-        "fold_any": 1,        # either of the two
+        "fold_any": 1,        # either: the addends' reset, sent so no tile ORs the two
         "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
         "from_last": 1,       # the previous word wrote this row: fold its result
         "capture": 1,         # keep this word's readout (not a later beat)
