@@ -257,7 +257,8 @@ class ControllerBench:
     manifest : Manifest
         The manifest of the Verilog under test.
     seed : int
-        Seed of every timing choice.
+        Seed of every timing choice, and of the noise lines that requests other than
+        writes carry.
     timing : Timing
         Idles and backpressure.
     watchdog : int
@@ -281,6 +282,7 @@ class ControllerBench:
         self.params = p = manifest.params
         self.line_bytes = p.line_bits // 8
         self.rng = np.random.default_rng(seed)
+        self.noise = np.random.default_rng([seed, 1])   # reads' data lines, apart from the timing
         self.timing = timing
         self.watchdog = watchdog
         self.clk = dut.clk
@@ -342,7 +344,9 @@ class ControllerBench:
     # -------------------------------------------------------------- play
 
     def _request_word(self, request):
-        data = request.data if request.op is Op.WRITE else b""
+        # A request that is not a write carries a noise line, which the top must ignore.
+        data = (request.data if request.op is Op.WRITE
+                else self.noise.integers(0, 256, self.line_bytes, dtype=np.uint8).tobytes())
         return self.req.layout.pack(op=int(request.op), addr=request.addr,
                                     worker=request.worker,
                                     data=int.from_bytes(data, "little"))

@@ -149,17 +149,21 @@ def build(verilog, *, cache="build/harness", verilator_root=None, jobs=None, log
 @dataclasses.dataclass
 class Requests:
     """A batch of requests as arrays: ``op``, ``addr``, ``worker`` (one per request) and
-    ``data`` (``(n, line_bytes)`` uint8; the rows of reads are ignored)."""
+    ``data`` (``(n, line_bytes)`` uint8; the top must ignore the rows of requests that are
+    not writes)."""
     op: np.ndarray
     addr: np.ndarray
     worker: np.ndarray
     data: np.ndarray
 
     @classmethod
-    def of(cls, requests, line_bytes):
-        """A batch from a sequence of :class:`~neuron_fabric.golden.controller.Request`."""
+    def of(cls, requests, line_bytes, *, noise=None):
+        """A batch from a sequence of :class:`~neuron_fabric.golden.controller.Request`; a
+        request that is not a write carries a line of ``noise`` (a NumPy generator's bytes;
+        zeros where None)."""
         n = len(requests)
-        data = np.zeros((n, line_bytes), dtype=np.uint8)
+        data = (np.zeros((n, line_bytes), dtype=np.uint8) if noise is None
+                else noise.integers(0, 256, size=(n, line_bytes), dtype=np.uint8))
         for i, request in enumerate(requests):
             if request.op is Op.WRITE:
                 data[i] = np.frombuffer(request.data, dtype=np.uint8)
@@ -245,7 +249,8 @@ class Harness:
     verilog : str, Path or Manifest
         The generated folder (``manifest.json`` and the Verilog).
     seed : int
-        Seed of the idles, backpressure and memory latency.
+        Seed of the idles, backpressure and memory latency, and of the noise lines that
+        requests other than writes carry (:meth:`play`).
     timing : Timing
         The chances of idles and backpressure, and the memory latency range.
     library : Path or None
@@ -268,6 +273,7 @@ class Harness:
                                                                     log=log)
         self._lib = _bind(self.library)
         self._handle = self._lib.nf_create(seed)
+        self._noise = np.random.default_rng([seed, 1])
         request = self.manifest.payload("controller", "i_req").fields
         response = self.manifest.payload("controller", "o_resp").fields
         memory = self.manifest.payload("controller", "o_mem").fields
@@ -363,7 +369,7 @@ class Harness:
         asked.
         """
         if not isinstance(requests, Requests):
-            requests = Requests.of(list(requests), self.line_bytes)
+            requests = Requests.of(list(requests), self.line_bytes, noise=self._noise)
         n = len(requests)
         op = np.ascontiguousarray(requests.op, dtype=np.uint8)
         addr = np.ascontiguousarray(requests.addr, dtype=np.uint32)

@@ -35,6 +35,34 @@ def small_verilog(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="session")
+def read_fold_bug_verilog(small_verilog, tmp_path_factory):
+    """A copy of the small preset's Verilog in which tile 1 alone (line bits 32 to 63) folds
+    the data line of every request: its addends' low bits take the line's first bit of each
+    pair whether or not a write folds (their choice by the fold word's ``fold_any`` tied
+    high), so a read's data line, which the top must ignore, adds to the rows it reads out."""
+    import re
+    import shutil
+
+    from neuron_fabric.golden.params import PRESETS
+    from neuron_fabric.hw.lane_tile import fold_word_layout
+
+    p = PRESETS["small"]
+    folder = tmp_path_factory.mktemp("read_fold_bug") / p.name
+    shutil.copytree(small_verilog, folder)
+    top = folder / f"nfabric_{p.name}.v"
+    fold_any = fold_word_layout(max_workers=p.max_workers,
+                                counter_bits=p.counter_bits)["fold_any"].offset
+    text = top.read_text(encoding="utf-8")
+    start = text.index(f"module nfabric_{p.name}__tile_1(")
+    end = text.index("endmodule", start)
+    body, count = re.subn(rf"tile_fold_word\[{fold_any}\] \? (\{{[^}}]*line_\d+\[0\] \}})",
+                          r"1'b1 ? \1", text[start:end])
+    assert count == 1, "expected tile 1's addends' low bits"
+    top.write_text(text[:start] + body + text[end:], encoding="utf-8")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
     """A one-worker gloo process group in this process, for the tests of one module."""

@@ -105,3 +105,14 @@ def test_a_planted_bug_in_one_tile_is_caught(small_verilog, tmp_path, traces, se
                                     test_filter="one_line_per_clock_to_one_slot", seed=seed)
     assert (tests, failed) == (1, 1), "a tile that does not forward must fail the burst test"
     assert "data differs" in log or "the model says" in log
+
+
+@pytest.mark.parametrize("seed", [5])
+def test_a_tile_that_folds_a_reads_line_is_caught(read_fold_bug_verilog, tmp_path, traces,
+                                                   seed):
+    """Every request that is not a write carries a noise line: tile 1 (line bits 32 to 63)
+    adding it to the rows it reads out must fail the real-gradient replay."""
+    tests, failed, log = run_icarus(read_fold_bug_verilog, tmp_path, traces,
+                                    test_filter="real_gradients", seed=seed)
+    assert failed >= 1, "a tile that folds a read's line must fail the real-gradient replay"
+    assert "data differs" in log or "the model says" in log

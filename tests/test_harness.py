@@ -2,7 +2,8 @@
 
 Builds the small preset's top into a shared library (about 30 s), checks it against the
 golden model on seeded random traffic, trains a few steps with the RTL aggregating, and shows
-that a bug planted in the Verilog stops both.
+that a bug planted in the Verilog stops both (and that a tile folding the noise lines reads
+carry stops the regression).
 """
 
 import shutil
@@ -117,6 +118,17 @@ def test_long_regression_stops_at_a_planted_bug(tie_bug_verilog, harness_cache):
     with pytest.raises(long_regression.Mismatch, match=r"request \d+ \(READ"):
         long_regression.run(tie_bug_verilog, cycles=200_000, seed=3, log=lambda line: None,
                             cache=harness_cache)
+
+
+def test_long_regression_stops_at_a_tile_that_folds_a_reads_line(read_fold_bug_verilog,
+                                                                 harness_cache):
+    """Requests other than writes carry noise lines; one tile adding them to its rows is
+    caught at a readout."""
+    from neuron_fabric.sim import long_regression
+
+    with pytest.raises(long_regression.Mismatch, match=r"request \d+ \(READ"):
+        long_regression.run(read_fold_bug_verilog, cycles=200_000, seed=3,
+                            log=lambda line: None, cache=harness_cache)
 
 
 def test_bad_input_is_refused(small_verilog, small_library, tmp_path):
