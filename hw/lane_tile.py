@@ -625,10 +625,11 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     or pops an empty one, and keeps the levels.
 
     The entries are kept in parts of ``part_bits`` bits (the last takes what remains), each
-    its own LUT RAM with its own copy of the head's address, so that each group of lanes
-    writes a ring part beside it: one address net reaching every LUT RAM of a ring spread
-    over the tile cost the most on its first hop. ``popped`` stays one register a ring: the
-    pop crosses the die to it from the output port.
+    its own LUT RAM, so that each group of lanes writes a ring part beside it. The parts
+    read at one head address: copies of it a part, alike, are merged back into one by
+    synthesis, and copies that it keeps (each part with its own pop register) took 586
+    LUT4 in the 512-bit top for no gain (docs/fpga.md, "What would lift it"). ``popped``
+    stays one register a ring: the pop crosses the die to it from the output port.
     """
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)
@@ -639,7 +640,8 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     consume = Signal(range(depth), name=f"{name}_consume", attrs=KEEP)
     consume_next = Signal(range(depth), name=f"{name}_consume_next", init=1 % depth, attrs=KEEP)
     popped = Signal(name=f"{name}_popped", attrs=KEEP)
-    head = Mux(popped, consume_next, consume)
+    head = Signal(range(depth), name=f"{name}_head", attrs=KEEP)
+    m.d.comb += head.eq(Mux(popped, consume_next, consume))
     m.d.sync += [popped.eq(pop), consume.eq(head), consume_next.eq(after(head))]
     with m.If(push):
         m.d.sync += produce.eq(after(produce))
@@ -653,10 +655,8 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
         storage = memory.Memory(shape=unsigned(bits.stop - low), depth=depth, init=[])
         m.submodules[f"{name}_{part}"] = storage
         write, read = storage.write_port(), storage.read_port(domain="comb")
-        part_head = Signal(range(depth), name=f"{name}_{part}_head", attrs=KEEP)
-        m.d.comb += [part_head.eq(Mux(popped, consume_next, consume)),
-                     write.addr.eq(produce), write.data.eq(data[bits]), write.en.eq(push),
-                     read.addr.eq(part_head)]
+        m.d.comb += [write.addr.eq(produce), write.data.eq(data[bits]), write.en.eq(push),
+                     read.addr.eq(head)]
         entry.append(read.data)
     return Cat(entry)
 
