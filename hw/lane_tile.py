@@ -627,9 +627,10 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     The entries are kept in parts of ``part_bits`` bits (the last takes what remains), each
     its own LUT RAM, so that each group of lanes writes a ring part beside it. The parts
     read at one head address: copies of it a part, alike, are merged back into one by
-    synthesis, and copies that it keeps (each part with its own pop register) took 586
-    LUT4 in the 512-bit top for no gain (docs/fpga.md, "What would lift it"). ``popped``
-    stays one register a ring: the pop crosses the die to it from the output port.
+    synthesis, and copies that it keeps (each part with its own pop register) took 582
+    LUT4 in the 512-bit top for no gain (docs/fpga.md, "Tried and not kept" under "The
+    claim registered"). ``popped`` stays one register a ring: the pop crosses the die to it
+    from the output port.
     """
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)
