@@ -18,10 +18,10 @@ import numpy as np
 from amaranth.sim import Simulator
 
 from ..golden import lines as _lines
-from ..golden.controller import ControllerModel, LineMemory, Op, Request, Response, Status
+from ..golden.controller import ControllerModel, LineMemory, Request, Response, Status
 from ..golden.params import FabricParams
 from ..hw.controller import Controller
-from .scenarios import CsrRead, CsrWrite
+from .scenarios import CsrRead, CsrWrite, noise_lines, request_data
 
 __all__ = ["Timing", "BenchResult", "run", "evaluate_stage"]
 
@@ -60,9 +60,7 @@ class BenchResult:
 def _payload(request, params, noise):
     """The request's bus payload; a request that is not a WRITE carries a line of ``noise``
     (a generator's bytes), which the controller must ignore."""
-    line_bytes = params.line_bits // 8
-    data = (request.data if request.op is Op.WRITE
-            else noise.integers(0, 256, line_bytes, dtype=np.uint8).tobytes())
+    data = request_data(request, params.line_bits // 8, noise)
     return {"op": int(request.op), "addr": request.addr, "worker": request.worker,
             "data": _lines.line_to_int(data)}
 
@@ -77,7 +75,7 @@ def run(ops, *, params=None, seed=0, timing=Timing(), max_cycles=200_000, vcd=No
     """
     params = params or FabricParams()
     rng = np.random.default_rng(seed)
-    noise = np.random.default_rng([seed, 1])   # reads' data lines, apart from the timing
+    noise = noise_lines(seed)
     dut = Controller(params=params, **controller)
     model = ControllerModel(params)
     expected, model_reads = [], []

@@ -37,7 +37,7 @@ from ..golden.controller import ControllerModel, Op, Request, Status
 from ..gen.verilog import UNIT_ROLES
 from ..golden.regmap import TIMING_COUNTERS
 from .manifest import Manifest, Payload
-from .scenarios import CsrRead, CsrWrite, Timing
+from .scenarios import CsrRead, CsrWrite, Timing, noise_lines, request_data
 
 __all__ = ["CLOCK_NS", "Manifest", "Payload", "Wire", "Stream", "CsrBus", "Timing",
            "Reset", "Hold", "Stats", "Mismatch", "ControllerBench", "record_stats",
@@ -282,7 +282,7 @@ class ControllerBench:
         self.params = p = manifest.params
         self.line_bytes = p.line_bits // 8
         self.rng = np.random.default_rng(seed)
-        self.noise = np.random.default_rng([seed, 1])   # reads' data lines, apart from the timing
+        self.noise = noise_lines(seed)
         self.timing = timing
         self.watchdog = watchdog
         self.clk = dut.clk
@@ -344,9 +344,7 @@ class ControllerBench:
     # -------------------------------------------------------------- play
 
     def _request_word(self, request):
-        # A request that is not a write carries a noise line, which the top must ignore.
-        data = (request.data if request.op is Op.WRITE
-                else self.noise.integers(0, 256, self.line_bytes, dtype=np.uint8).tobytes())
+        data = request_data(request, self.line_bytes, self.noise)
         return self.req.layout.pack(op=int(request.op), addr=request.addr,
                                     worker=request.worker,
                                     data=int.from_bytes(data, "little"))

@@ -36,7 +36,7 @@ from ..golden.controller import Op, Response, Status
 from ..golden.formats import READOUT_SPECS
 from ..golden.regmap import register_map
 from .manifest import Manifest, top_folder
-from .scenarios import Timing
+from .scenarios import Timing, noise_lines
 from .toolchain import default_verilator_root, verilator_env, verilator_version
 
 __all__ = ["HarnessError", "HARNESS_SOURCE", "BUILD_OPTIONS", "build_key", "build", "Requests", "Played",
@@ -273,7 +273,7 @@ class Harness:
                                                                     log=log)
         self._lib = _bind(self.library)
         self._handle = self._lib.nf_create(seed)
-        self._noise = np.random.default_rng([seed, 1])
+        self._noise = noise_lines(seed)
         request = self.manifest.payload("controller", "i_req").fields
         response = self.manifest.payload("controller", "o_resp").fields
         memory = self.manifest.payload("controller", "o_mem").fields

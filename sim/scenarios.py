@@ -16,7 +16,7 @@ from ..golden.params import ADDR_BITS
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, window_register
 
 __all__ = ["Timing", "CsrWrite", "CsrRead", "Window", "configure", "read_all_registers",
-           "aggregation_round", "trace_rounds", "random_traffic"]
+           "aggregation_round", "trace_rounds", "random_traffic", "noise_lines", "request_data"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +31,22 @@ class Timing:
     backpressure: float = 0.0
     mem_backpressure: float = 0.0
     mem_latency: tuple = (1, 1)
+
+
+def noise_lines(seed):
+    """The generator of the data lines that requests other than writes carry in a bench
+    seeded ``seed``: apart from the timing's generator, so the same seed replays the same
+    idles and backpressure whatever the lines."""
+    return np.random.default_rng([seed, 1])
+
+
+def request_data(request, line_bytes, noise):
+    """The data line ``request`` carries on the bus: a write's own line, otherwise
+    ``line_bytes`` bytes of ``noise`` (:func:`noise_lines`), which the controller must
+    ignore (a tile that folded them would change the readout it answers)."""
+    if request.op is Op.WRITE:
+        return request.data
+    return noise.integers(0, 256, line_bytes, dtype=np.uint8).tobytes()
 
 
 @dataclasses.dataclass(frozen=True)
