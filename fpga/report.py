@@ -338,7 +338,7 @@ def markdown(report):
                 f"{p['num_windows']} windows; both routes, FP32 passthrough and CSRs. "
                 f"{_tiles_text(d)}"
                 f"Out of context, every port registered, placed by nextpnr's HeAP placer and "
-                f"routed by router2; Fmax is the median over seeds "
+                f"routed by router2 with its alternative weights; Fmax is the median over seeds "
                 f"{_seed_text(d)}; utilization from the median seed's "
                 f"synthesis. LUT4 counts include the two LUT4s in each carry cell; FF excludes "
                 f"the port registers. Tools: {d['tools']}.", ""]
