@@ -75,9 +75,10 @@ GRADES = {
 ROUTER = "router2"
 
 #: router2's second set of cost weights: its search follows the estimated delay more
-#: closely and raises congestion's price less steeply, so it takes three to four times the
-#: iterations, and on the same placement the 512-bit top's worst path came out 1.8 to 23
-#: MHz faster on every seed measured (docs/fpga.md, "The router's weights").
+#: closely and does not raise congestion's price every iteration, so it takes four to eight
+#: times the iterations; on the same placements the 512-bit top came out faster on five
+#: seeds of six at each grade, its six-seed medians by 4.4 and 6.2 MHz (docs/fpga.md,
+#: "The router's weights").
 ROUTER_OPTIONS = ("--router2-alt-weights",)
 
 #: nextpnr's placer, for the blocks, the controller tops and the board build alike: the
