@@ -327,6 +327,21 @@ def test_a_place_and_route_runs_again_when_its_options_netlist_or_tool_change(
     assert place(tmp_path, **options) == 0 and len(started) == 2
 
 
+def test_router2_runs_take_the_flows_router_options_and_run_again_when_they_change(
+        monkeypatch, tmp_path):
+    from neuron_fabric.fpga import ecp5
+
+    (tmp_path / "synth.json").write_text(json.dumps({"modules": {}}), encoding="utf-8")
+    started = fake_tools(monkeypatch)
+    assert ecp5.ROUTER_OPTIONS == ("--router2-alt-weights",)
+    assert place(tmp_path) > 0 and "--router2-alt-weights" in started[-1]
+    # router1 has no such option: nextpnr would refuse it.
+    assert place(tmp_path, router="router1") > 0 and "--router2-alt-weights" not in started[-1]
+    monkeypatch.setattr(ecp5, "ROUTER_OPTIONS", ())
+    assert place(tmp_path) > 0 and "--router2-alt-weights" not in started[-1]
+    assert len(started) == 3
+
+
 @pytest.mark.parametrize("step", ["synthesize", "count_gates"])
 def test_a_synthesis_runs_again_for_another_design_or_yosys(step, monkeypatch, tmp_path):
     from neuron_fabric.fpga import ecp5, gates
@@ -621,6 +636,9 @@ def test_a_tiny_board_builds_with_the_real_tools(tmp_path):
     assert record["utilization"]["EHXPLLL"]["used"] == 1
     # Three global networks: the clock, the reset and the stir that enables every input.
     assert record["utilization"]["DCCA"]["used"] == 3
+    # Routed as the flow's other runs are.
+    argv = json.loads((tmp_path / "board_seed1.stamp.json").read_text())["argv"]
+    assert "--router2-alt-weights" in argv
     log = (tmp_path / "board_seed1.tim").read_text()
     for net in ("reset_global", "harness.stir"):
         assert f"routing clock net {net} using global" in log
