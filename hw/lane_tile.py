@@ -534,18 +534,25 @@ class LaneTile(wiring.Component):
         # ------------------------------------------------------------ buffers
         # Each response entry keeps whether it is a memory read's and whether it is a zero
         # line, so the choice of the head's line is made here (a LUT4 a bit), not by a net
-        # reaching every tile.
-        response_head = _ring(m, "responses", width=T + 2, depth=self.buffer_depth,
-                              push=live & late.push_response,
-                              data=Cat(response_line, late.memory_read, late_word_writing.quiet),
-                              pop=self.pop_response, part_bits=G)
-        memory_head = _ring(m, "requests", width=T, depth=self.buffer_depth,
-                            push=live & late.push_memory, data=line[WRITE_STAGE],
-                            pop=self.pop_memory, part_bits=G)
-        head_line = Mux(response_head[T + 1], 0, response_head[:T])
+        # reaching every tile. Every group's slice of the entry holds its own copy of the
+        # two flags: the group's line bits choose by flags read beside them, not by one
+        # LUT RAM output reaching the whole tile's output choices.
+        entry_flags = Cat(late.memory_read, late_word_writing.quiet)
+        response_heads = _ring(m, "responses", depth=self.buffer_depth,
+                               push=live & late.push_response, pop=self.pop_response,
+                               parts=_flagged_parts(response_line, entry_flags))
+        memory_heads = _ring(m, "requests", depth=self.buffer_depth,
+                             push=live & late.push_memory, pop=self.pop_memory,
+                             parts=[line[WRITE_STAGE][g * G:(g + 1) * G]
+                                    for g in range(T // G)])
+        head_lines = []
+        for g, (group_line, (from_memory, quiet)) in enumerate(
+                _unflagged_parts(response_heads, G)):
+            head_lines.append(Mux(from_memory, self.i_mem_data[g * G:(g + 1) * G],
+                                  Mux(quiet, 0, group_line)))
         m.d.comb += [
-            self.o_response.eq(Mux(response_head[T], self.i_mem_data, head_line)),
-            self.o_memory.eq(memory_head),
+            self.o_response.eq(Cat(head_lines)),
+            self.o_memory.eq(Cat(memory_heads)),
         ]
         return m
 
@@ -615,8 +622,31 @@ class LaneTile(wiring.Component):
         return built[Route.GBINARY], built[Route.GTERNARY]
 
 
-def _ring(m, name, *, width, depth, push, data, pop, part_bits):
-    """A ring of ``depth`` entries in LUT RAM; returns the entry at its head.
+def _flagged_parts(group_lines, flags):
+    """Ring parts for the groups' response slices, each slice beside its own copy of the
+    entry's ``flags``: two groups a part, as ``line, flags, flags, line``, so that with
+    groups of eight lanes the four flag bits fill one LUT RAM of four bits between the two
+    slices (five LUT RAMs a part, one more a tile of 32 lanes than one copy of the flags)."""
+    parts = []
+    for first in range(0, len(group_lines), 2):
+        pair = group_lines[first:first + 2]
+        parts.append(Cat(pair[0], flags, *([flags, pair[1]] if len(pair) == 2 else [])))
+    return parts
+
+
+def _unflagged_parts(heads, group_lanes):
+    """``(group line, (from_memory, quiet))`` for each group, from the ring parts' heads
+    laid out by :func:`_flagged_parts`."""
+    G = group_lanes
+    for head in heads:
+        yield head[:G], (head[G], head[G + 1])
+        if len(head) > G + 2:
+            yield head[G + 4:], (head[G + 2], head[G + 3])
+
+
+def _ring(m, name, *, depth, push, parts, pop):
+    """A ring of ``depth`` entries in LUT RAM, each entry the values ``parts`` pushed
+    together; returns each part's entry at the head.
 
     The control plane tells every tile to pop in the cycle its response or memory request
     leaves, and that decision reaches the tile through a register (``popped``): the head
@@ -624,8 +654,7 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     on a net that crosses the row. The control plane never lets a ring overflow (credits)
     or pops an empty one, and keeps the levels.
 
-    The entries are kept in parts of ``part_bits`` bits (the last takes what remains), each
-    its own LUT RAM, so that each group of lanes writes a ring part beside it. The parts
+    Each part is its own LUT RAM, written beside the lanes whose slice it holds. The parts
     read at one head address: copies of it a part, alike, are merged back into one by
     synthesis, and copies that it keeps (each part with its own pop register) took 582
     LUT4 in the 512-bit top for no gain (docs/fpga.md, "Tried and not kept" under "The
@@ -646,20 +675,16 @@ def _ring(m, name, *, width, depth, push, data, pop, part_bits):
     m.d.sync += [popped.eq(pop), consume.eq(head), consume_next.eq(after(head))]
     with m.If(push):
         m.d.sync += produce.eq(after(produce))
-    data = Value.cast(data)
-    entry = []
-    bounds = list(range(0, width, part_bits))
-    if len(bounds) > 1 and width - bounds[-1] < part_bits:
-        bounds.pop()    # a short remainder joins the part before it
-    for part, low in enumerate(bounds):
-        bits = slice(low, bounds[part + 1] if part + 1 < len(bounds) else width)
-        storage = memory.Memory(shape=unsigned(bits.stop - low), depth=depth, init=[])
-        m.submodules[f"{name}_{part}"] = storage
+    entries = []
+    for index, part in enumerate(parts):
+        part = Value.cast(part)
+        storage = memory.Memory(shape=unsigned(len(part)), depth=depth, init=[])
+        m.submodules[f"{name}_{index}"] = storage
         write, read = storage.write_port(), storage.read_port(domain="comb")
-        m.d.comb += [write.addr.eq(produce), write.data.eq(data[bits]), write.en.eq(push),
+        m.d.comb += [write.addr.eq(produce), write.data.eq(part), write.en.eq(push),
                      read.addr.eq(head)]
-        entry.append(read.data)
-    return Cat(entry)
+        entries.append(read.data)
+    return entries
 
 
 def _pair_thresholds(word, counter_bits):

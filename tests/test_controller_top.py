@@ -51,9 +51,10 @@ def test_random_traffic_with_three_windows_and_wide_workers():
     assert_matches_model(run(ops, params=params, seed=7, timing=STALLS), regmap)
 
 
-@pytest.mark.parametrize("tile_lanes,group_lanes", [(8, 2), (64, 16), (128, 8)])
+@pytest.mark.parametrize("tile_lanes,group_lanes", [(8, 2), (16, 16), (64, 16), (128, 8)])
 def test_every_tile_width_behaves_the_same(tile_lanes, group_lanes):
-    """Sixteen tiles of 8 lanes, two of 64 or one of 128: the same answers at every stall."""
+    """Sixteen tiles of 8 lanes, eight of 16 in one group (a ring part of one group's
+    slice), two of 64 or one of 128: the same answers at every stall."""
     regmap = register_map(SMALL)
     ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(5), n_ops=250)
     result = run(ops, params=SMALL, seed=5, timing=STALLS, tile_lanes=tile_lanes,
