@@ -540,16 +540,15 @@ class LaneTile(wiring.Component):
         entry_flags = Cat(late.memory_read, late_word_writing.quiet)
         response_heads = _ring(m, "responses", depth=self.buffer_depth,
                                push=live & late.push_response, pop=self.pop_response,
-                               parts=_flagged_parts(response_line, entry_flags))
+                               parts=_response_parts(response_line, entry_flags, G))
         memory_heads = _ring(m, "requests", depth=self.buffer_depth,
                              push=live & late.push_memory, pop=self.pop_memory,
                              parts=[line[WRITE_STAGE][g * G:(g + 1) * G]
                                     for g in range(T // G)])
         head_lines = []
-        for g, (group_line, (from_memory, quiet)) in enumerate(
-                _unflagged_parts(response_heads, G)):
-            head_lines.append(Mux(from_memory, self.i_mem_data[g * G:(g + 1) * G],
-                                  Mux(quiet, 0, group_line)))
+        for g, (group_line, flags) in enumerate(_response_slices(response_heads, G)):
+            head_lines.append(Mux(flags.from_memory, self.i_mem_data[g * G:(g + 1) * G],
+                                  Mux(flags.quiet, 0, group_line)))
         m.d.comb += [
             self.o_response.eq(Cat(head_lines)),
             self.o_memory.eq(Cat(memory_heads)),
@@ -622,26 +621,41 @@ class LaneTile(wiring.Component):
         return built[Route.GBINARY], built[Route.GTERNARY]
 
 
-def _flagged_parts(group_lines, flags):
-    """Ring parts for the groups' response slices, each slice beside its own copy of the
-    entry's ``flags``: two groups a part, as ``line, flags, flags, line``, so that with
-    groups of eight lanes the four flag bits fill one LUT RAM of four bits between the two
-    slices (five LUT RAMs a part, one more a tile of 32 lanes than one copy of the flags)."""
+def _response_part_layout(group_lanes, groups):
+    """A response ring part: the slices of ``groups`` (one or two) groups, each a group's
+    line beside its own copy of the entry's flags, laid out ``line, flags, flags, line`` so
+    that with groups of eight lanes the four flag bits fill one LUT RAM of four bits between
+    the two lines (five LUT RAMs a part, one more a tile of 32 lanes than one copy of the
+    flags)."""
+    flags = data.StructLayout({"from_memory": 1, "quiet": 1})
+    fields = {"line_0": group_lanes, "flags_0": flags}
+    if groups == 2:
+        fields.update(flags_1=flags, line_1=group_lanes)
+    return data.StructLayout(fields)
+
+
+def _response_parts(group_lines, flags, group_lanes):
+    """The response ring's parts, two groups' slices a part (the last alone when the
+    groups are odd in number), each laid out by :func:`_response_part_layout`."""
     parts = []
     for first in range(0, len(group_lines), 2):
         pair = group_lines[first:first + 2]
-        parts.append(Cat(pair[0], flags, *([flags, pair[1]] if len(pair) == 2 else [])))
+        values = {}
+        for index, line in enumerate(pair):
+            values.update({f"line_{index}": line, f"flags_{index}": flags})
+        layout = _response_part_layout(group_lanes, len(pair))
+        parts.append(Cat(*(values[name] for name, _ in layout)))
     return parts
 
 
-def _unflagged_parts(heads, group_lanes):
-    """``(group line, (from_memory, quiet))`` for each group, from the ring parts' heads
-    laid out by :func:`_flagged_parts`."""
-    G = group_lanes
+def _response_slices(heads, group_lanes):
+    """``(group line, flags)`` for each group, from the heads of the parts that
+    :func:`_response_parts` pushed."""
     for head in heads:
-        yield head[:G], (head[G], head[G + 1])
-        if len(head) > G + 2:
-            yield head[G + 4:], (head[G + 2], head[G + 3])
+        groups = len(head) // (group_lanes + 2)
+        part = data.View(_response_part_layout(group_lanes, groups), head)
+        for index in range(groups):
+            yield part[f"line_{index}"], part[f"flags_{index}"]
 
 
 def _ring(m, name, *, depth, push, parts, pop):
