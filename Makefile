@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog sim sim-long train-rtl fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog formal sim sim-long train-rtl fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
@@ -28,6 +28,8 @@ help:
 	@echo "make verilog       Verilog with its file list (.f) and Verilator config (.vlt), manifest and"
 	@echo "                   register reference under $(BUILD)/verilog/<name>/"
 	@echo "                   (PRESET=default|small, or GEN_ARGS='--line-bits 256 ...')"
+	@echo "make formal        SymbiYosys proofs of the controller's contract and of every block"
+	@echo "                   ($(BUILD)/formal/report.md; FORMAL_ARGS='--quick' or '--only GLOB')"
 	@echo "make sim           cocotb regression of the Verilog on Icarus and Verilator ($(BUILD)/sim/; WAVES=1 records waves)"
 	@echo "make sim-long      millions of cycles of random traffic on the Verilator harness, against the model"
 	@echo "                   ($(BUILD)/sim-long/; SIM_LONG_ARGS='--cycles N --seed S')"
@@ -106,6 +108,12 @@ WAVES ?= 0
 sim: verilog traces iverilog verilator
 	$(PY) -m neuron_fabric.sim.regression --verilog $(BUILD)/verilog --traces $(BUILD)/traces \
 	  --out $(BUILD)/sim $(if $(filter-out 0,$(WAVES)),--waves)
+
+# SymbiYosys proofs of every block (unbounded) and of the controller's contract (bounded),
+# with the planted bugs each must catch; report in $(BUILD)/formal/report.md and report.json.
+FORMAL_ARGS ?=
+formal: venv yowasp
+	$(PY) -m neuron_fabric.formal --out $(BUILD)/formal $(FORMAL_ARGS)
 
 # The top Verilated into a library driven from Python (no cocotb), checked against the golden
 # model on seeded random traffic with idles, backpressure, CSR changes and resets.

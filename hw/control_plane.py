@@ -594,7 +594,12 @@ class ControlPlane(wiring.Component):
                      memory_room.eq(room(memory_used, d["request"], 1, D - 1, 3))]
         has_room = (Array(response_room)[response_added + q_valid]
                     & Array(memory_room)[d["request"] + q_valid])
-        clear_busy = clear_pending.any() | sweeping
+        # A register write's side effects (a window's clear, a field's new value) reach the
+        # request stage the cycle after its strobe: admission waits that cycle, so a request
+        # taken after a write always sees it, as the transaction model applies it at once.
+        settling = Signal()
+        m.d.sync += settling.eq(self.csr.w_stb)
+        clear_busy = clear_pending.any() | sweeping | settling
         m.d.comb += self.i_req.ready.eq(~clear_busy & ~q_multi & (beats_left < 2) & has_room)
 
         # ------------------------------------------------------------ flags and counters

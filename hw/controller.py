@@ -52,9 +52,9 @@ class Controller(wiring.Component):
     controller stops taking requests and writes empty slots, one per cycle (``DEPTH``
     cycles per window), behind the requests taken before; then it goes on.
     **CSRs**: register values are used as they are when a request passes; change the
-    configuration while no request is in flight, and leave a cycle after a CSR write before
-    the next request (what the windows' registers imply is registered). Flags and counters
-    follow a response by at most two cycles.
+    configuration while no request is in flight (nor taken in the write's cycle).
+    ``i_req.ready`` is low in the cycle after a CSR write, so a request taken later sees it. Flags and counters follow a response by at
+    most two cycles.
 
     Parameters
     ----------

@@ -5,7 +5,6 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.lines import check_line_bits
 from .layouts import mem_request_layout
 
 __all__ = ["Fp32Passthrough"]
@@ -26,7 +25,9 @@ class Fp32Passthrough(wiring.Component):
     Parameters
     ----------
     line_bits : int
-        Bits per line: 128, 256, 512 or 1024.
+        Bits per line: a multiple of 8 from 8 to 1024. The block is the same wires at any
+        width; the controller uses it at its line width (128 to 1024), and its proofs at a
+        narrower one.
     max_reads : int
         Reads in flight at most (1 to 1024): cover the memory's latency for full rate.
 
@@ -50,7 +51,9 @@ class Fp32Passthrough(wiring.Component):
     """
 
     def __init__(self, *, line_bits=512, max_reads=16):
-        self.line_bits = check_line_bits(line_bits)
+        self.line_bits = check_int("line_bits", line_bits, low=8, high=1024)
+        if self.line_bits % 8:
+            raise ValueError(f"line_bits must be a multiple of 8, not {line_bits!r}")
         self.max_reads = check_int("max_reads", max_reads, low=1, high=1024)
         request = mem_request_layout(line_bits=self.line_bits)
         super().__init__({

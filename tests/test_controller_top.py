@@ -321,3 +321,49 @@ def test_bad_parameters_are_refused_by_name(kwargs, error, message):
     with pytest.raises(error) as info:
         Controller(**kwargs)
     assert str(info.value) == message
+
+
+def test_a_request_right_after_a_register_write_waits_a_cycle_and_sees_the_write():
+    """A READ_CLEAR offered the cycle after CONTROL.ENABLE is written 0 is held one cycle by
+    ``i_req.ready`` and then taken as memory traffic (BAD_REQUEST), as the model answers it;
+    taken at once, it would meet the window still enabled (NOT_READY)."""
+    from amaranth.sim import Simulator
+
+    regmap = register_map(SMALL)
+    dut = Controller(params=SMALL)
+    window = scenarios.Window(base=0, size=1, route=Route.GBINARY, readout=Readout.SIGN)
+    writes = scenarios.configure(regmap, windows=[window], num_workers=1)
+    control = regmap["CONTROL"]
+    seen = {}
+
+    async def bench(ctx):
+        async def write(addr, value):
+            ctx.set(dut.csr.addr, addr)
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.w_stb, 0)
+
+        for op in writes:
+            await write(op.addr, op.value)
+        while not ctx.get(dut.i_req.ready):      # the windows' clearing sweep
+            await ctx.tick()
+        await write(control.address, control.encode(ENABLE=0))
+        ctx.set(dut.i_req.valid, 1)
+        ctx.set(dut.i_req.payload.op, Op.READ_CLEAR)
+        ctx.set(dut.i_req.payload.addr, 0)
+        seen["ready after the write"] = ctx.get(dut.i_req.ready)
+        while not ctx.get(dut.i_req.ready):
+            await ctx.tick()
+        await ctx.tick()
+        ctx.set(dut.i_req.valid, 0)
+        ctx.set(dut.o_resp.ready, 1)
+        while not ctx.get(dut.o_resp.valid):
+            await ctx.tick()
+        seen["status"] = Status(ctx.get(dut.o_resp.payload.status))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {"ready after the write": 0, "status": Status.BAD_REQUEST}

@@ -90,7 +90,8 @@ def test_read_data_without_a_read_in_flight_is_not_taken():
 
 
 @pytest.mark.parametrize("kwargs,error,message", [
-    (dict(line_bits=32), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 32"),
+    (dict(line_bits=36), ValueError, "line_bits must be a multiple of 8, not 36"),
+    (dict(line_bits=2048), ValueError, "line_bits must be between 8 and 1024, not 2048"),
     (dict(max_reads=0), ValueError, "max_reads must be between 1 and 1024, not 0"),
     (dict(max_reads="8"), TypeError, "max_reads must be an integer, not '8'"),
 ])

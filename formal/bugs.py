@@ -1,0 +1,133 @@
+"""Planted bugs: each one a mistake that a proof must catch with a counterexample.
+
+A bug is planted by replacing one name in one hardware module while the proof's design is
+elaborated (:func:`planted`), so the shipped sources stay as they are and every bug is
+written here, next to the proof that catches it. The proofs run on them expect ``FAIL``.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import types
+
+from amaranth.hdl import C, Elaboratable, Module, Signal
+from amaranth.lib import fifo
+
+from ..hw import lane_tile
+
+__all__ = ["PlantedBug", "BUGS", "planted"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedBug:
+    """``patches`` maps ``"module:name"`` (a module of ``neuron_fabric``) to a function of the
+    name's shipped value that returns the bugged one."""
+    name: str
+    description: str
+    patches: dict
+
+
+@contextlib.contextmanager
+def planted(bug):
+    """Plant ``bug`` (None: nothing) for the duration of the block."""
+    if bug is None:
+        yield
+        return
+    saved = []
+    try:
+        for target, bugged in bug.patches.items():
+            module_name, attribute = target.split(":")
+            module = importlib.import_module(f"neuron_fabric.{module_name}")
+            shipped = getattr(module, attribute)
+            saved.append((module, attribute, shipped))
+            setattr(module, attribute, bugged(shipped))
+        yield
+    finally:
+        for module, attribute, shipped in reversed(saved):
+            setattr(module, attribute, shipped)
+
+
+def _tie_reads_negative(shipped):
+    # 2n >= N instead of 2n > N: the thresholds of N - 1, which differ from N's on ties only.
+    def majority_thresholds(num_workers, *, max_workers):
+        return shipped(num_workers - 1, max_workers=max_workers)
+    return majority_thresholds
+
+
+def _three_ahead_not_forwarded(shipped):
+    # A write three words ahead is taken for the block RAM's: its row is read stale.
+    return types.SimpleNamespace(BLOCK_RAM=shipped.BLOCK_RAM, TWO_AHEAD=shipped.TWO_AHEAD,
+                                 THREE_AHEAD=shipped.BLOCK_RAM, FOUR_AHEAD=shipped.FOUR_AHEAD)
+
+
+def _stored_bitmap_ignored(shipped):
+    # The duplicate test asks only the writes in flight, never the stored bitmap.
+    def kept(m, value, name):
+        return shipped(m, C(0, 1) if name == "ram_decides_duplicate" else value, name)
+    return kept
+
+
+class _SwappingFIFO(Elaboratable):
+    """A buffer that hands out its first two entries in the wrong order: it holds the first
+    entry back until the second has gone in, and puts it in the cycle after (where a third
+    entry comes in that cycle, the third is lost too)."""
+
+    def __init__(self, *, width, depth):
+        self._inner = fifo.SyncFIFOBuffered(width=width, depth=depth)
+        self.w_en, self.w_data = Signal(), Signal(width)
+        self.r_en, self.r_data, self.r_rdy = Signal(), Signal(width), Signal()
+        self.w_rdy, self.level = self._inner.w_rdy, self._inner.level
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = self._inner
+        held, holding, swapped = Signal.like(self.w_data), Signal(), Signal()
+        m.d.comb += [inner.w_en.eq(self.w_en), inner.w_data.eq(self.w_data),
+                     self.r_data.eq(inner.r_data), self.r_rdy.eq(inner.r_rdy),
+                     inner.r_en.eq(self.r_en)]
+        with m.If(~swapped & self.w_en):
+            with m.If(~holding):
+                m.d.comb += inner.w_en.eq(0)
+                m.d.sync += [held.eq(self.w_data), holding.eq(1)]
+            with m.Else():
+                m.d.sync += [swapped.eq(1), holding.eq(0)]
+        # The held entry goes in the cycle after the second one.
+        late = Signal()
+        m.d.sync += late.eq(~swapped & self.w_en & holding)
+        with m.If(late):
+            m.d.comb += [inner.w_en.eq(1), inner.w_data.eq(held)]
+        return m
+
+
+def _responses_swapped(shipped):
+    return types.SimpleNamespace(SyncFIFOBuffered=_SwappingFIFO)
+
+
+def _bit_flipped(shipped):
+    class FlippingPassthrough(shipped):
+        """Flips one bit of the memory's read data on its way up."""
+        def elaborate(self, platform):
+            m = super().elaborate(platform)
+            m.d.comb += self.o_data.payload[5].eq(~self.i_mem.payload[5])
+            return m
+    return FlippingPassthrough
+
+
+#: The planted bugs, by name.
+BUGS = {bug.name: bug for bug in (
+    PlantedBug("reset_flags", "the tiles' settle after reset ends at the write stage, so "
+               "the flags of a word in flight before a one-cycle reset are raised after it",
+               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: lane_tile.WRITE_STAGE}),
+    PlantedBug("tie_rule", "a tie reads as a negative majority (2n >= N)",
+               {"hw.sign_count:majority_thresholds": _tie_reads_negative,
+                "hw.control_plane:majority_thresholds": _tie_reads_negative}),
+    PlantedBug("forward_three_ahead", "a write three words ahead is not forwarded",
+               {"hw.control_plane:Source": _three_ahead_not_forwarded}),
+    PlantedBug("response_order", "the first two responses (and memory requests) leave "
+               "swapped", {"hw.control_plane:fifo": _responses_swapped}),
+    PlantedBug("duplicate_check", "the duplicate test never asks the stored bitmap",
+               {"hw.control_plane:kept": _stored_bitmap_ignored}),
+    PlantedBug("passthrough_bit", "bit 5 of the memory's read data is flipped",
+               {"hw.controller:Fp32Passthrough": _bit_flipped,
+                "formal.blocks:Fp32Passthrough": _bit_flipped}),
+)}

@@ -1,0 +1,199 @@
+"""Every proof `make formal` runs, with its configuration, mode and depth.
+
+Configurations come from the shipped presets (``PRESETS``) through the same code that
+builds the controller: a lane engine is proven at a tile's width, the register map is the
+preset's own. ``quick`` marks the subset the test suite runs.
+"""
+
+from ..golden.formats import count_limit
+from ..golden.params import PRESETS, FabricParams
+from ..golden.regmap import register_map
+from ..hw import sign_count, ternary_gate
+from ..hw.controller import TILE_LANES, Controller
+from ..hw.passthrough import Fp32Passthrough
+from .blocks import CSRSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
+from .controller import ControllerSpec
+from .runner import Proof
+
+__all__ = ["block_proofs", "controller_proofs", "bug_proofs", "all_proofs", "ProofParams",
+           "PROOF_PARAMS"]
+
+class ProofParams(FabricParams):
+    """A :class:`FabricParams` whose line may be narrower than a CXL line: a multiple of 8
+    bits from 8 on. The hardware is generated alike at any width (lanes, groups and tiles
+    are copies made by one loop); only the golden model's line helpers and the register
+    map's documented widths keep to 128 to 1024 bits. Every other parameter is checked as
+    :class:`FabricParams` checks it."""
+
+    def __post_init__(self):
+        narrow = self.line_bits
+        if isinstance(narrow, bool) or not isinstance(narrow, int) or narrow % 8 \
+                or not 8 <= narrow <= 1024:
+            raise ValueError(f"line_bits must be a multiple of 8 from 8 to 1024, "
+                             f"not {narrow!r}")
+        object.__setattr__(self, "line_bits", 128)
+        try:
+            super().__post_init__()
+        finally:
+            object.__setattr__(self, "line_bits", narrow)
+
+
+#: The controller's configuration for its proofs: the shipped code at two workers, two slots
+#: and one window, with 32-bit lines in four tiles of one 8-lane group each (the default tile
+#: has four groups, the default top sixteen tiles: more copies of the same loop). The rest
+#: of the controller is as shipped, but for buffers of four entries (the least its readouts
+#: allow with one to spare, so that backpressure fills them within a few cycles) and two
+#: memory reads in flight.
+PROOF_PARAMS = ProofParams(line_bits=32, max_workers=2, depth=2, num_windows=1)
+PROOF_TILE_LANES = 8
+PROOF_CONFIG = (f"{PROOF_PARAMS.name}, {PROOF_TILE_LANES}-bit tiles, 4-entry buffers")
+
+
+def _controller_block():
+    return Controller(params=PROOF_PARAMS, tile_lanes=PROOF_TILE_LANES,
+                      group_lanes=PROOF_TILE_LANES, max_reads=2, buffer_depth=4)
+
+
+def _controller(**kwargs):
+    def spec():
+        return ControllerSpec(controller=_controller_block(), **kwargs)
+    return spec
+
+
+def _engine_configs():
+    """``(label, params, max_contributions)``: each preset as the controller folds it (a vote
+    a worker, so no lane saturates), and a narrow counter that saturates."""
+    default, small = PRESETS["default"], PRESETS["small"]
+    narrow = FabricParams(max_workers=16, counter_bits=3)
+    return [
+        (f"{default.name}, {TILE_LANES} line bits", default, default.max_workers, True),
+        (f"{small.name}, {TILE_LANES} line bits", small, small.max_workers, False),
+        (f"{narrow.name} (saturates), {TILE_LANES} line bits", narrow, None, False),
+    ]
+
+
+def block_proofs():
+    """The block proofs: each unbounded (k-induction), with its covers."""
+    proofs = []
+    for label, p, most, quick in _engine_configs():
+        tag = p.name if most is not None else p.name + "_sat"
+        for group, spec_class, name in (("sign-count", SignCountSpec, "sign_count"),
+                                        ("ternary-gate", TernaryGateSpec, "ternary_gate")):
+            def spec(spec_class=spec_class, p=p, most=most):
+                return spec_class(line_bits=TILE_LANES, max_workers=p.max_workers,
+                                  counter_bits=p.counter_bits, max_contributions=most)
+            proofs += [Proof(f"{name}_{tag}", group, label, "prove", 2, spec, quick=quick),
+                       Proof(f"{name}_{tag}_cover", group, label, "cover",
+                             count_limit(p.counter_bits) + 3 if most is None else 6, spec,
+                             quick=quick)]
+    for p, quick in ((PRESETS["default"], True), (PRESETS["small"], False)):
+        def passthrough(p=p):
+            return PassthroughSpec(line_bits=p.line_bits, max_reads=3)
+        def csr(p=p):
+            return CSRSpec(regmap=register_map(p))
+        proofs += [
+            Proof(f"passthrough_{p.name}", "passthrough", f"{p.name}, 3 reads in flight",
+                  "prove", 3, passthrough, quick=quick),
+            Proof(f"passthrough_{p.name}_cover", "passthrough",
+                  f"{p.name}, 3 reads in flight", "cover", 10, passthrough, quick=quick),
+            Proof(f"csr_{p.name}", "csr", f"register map of {p.name}", "prove", 4, csr,
+                  quick=quick),
+            Proof(f"csr_{p.name}_cover", "csr", f"register map of {p.name}", "cover", 6, csr,
+                  quick=quick),
+        ]
+    for p in (PRESETS["default"],):
+        blocks = (
+            ("sign_count", lambda p=p: sign_count.SignCountEngine(
+                line_bits=TILE_LANES, max_workers=p.max_workers), ("o",)),
+            ("ternary_gate", lambda p=p: ternary_gate.TernaryGateEngine(
+                line_bits=TILE_LANES, max_workers=p.max_workers), ("o",)),
+            ("passthrough", lambda p=p: Fp32Passthrough(line_bits=p.line_bits, max_reads=3),
+             ("o_mem", "o_data")),
+        )
+        proofs += [Proof(f"{name}_valid_ignores_ready", "handshake", f"{p.name}", "netlist", 0,
+                         build, quick=True, streams=streams) for name, build, streams in blocks]
+    return proofs
+
+
+#: The contract's groups, each checked in a run of its own: the solver proves one group's
+#: properties deeper than all of them at once.
+CONTRACT = ("handshake", "responses", "aggregation", "passthrough")
+
+#: Depths of the controller's bounded checks (docs/verification.md, "Formal proofs"): what
+#: the solver reaches within `make formal`'s half hour on two cores.
+CONTRACT_DEPTH = 20
+QUICK_DEPTH = 14
+RESET_DEPTH = 18
+
+#: The deeper checks keep line addresses and window bases below 2**ADDRESS_BITS: the window
+#: arithmetic at full width is in the short check of the whole contract.
+ADDRESS_BITS = 4
+DEEP_CONFIG = f"{PROOF_CONFIG}, addresses below {2 ** ADDRESS_BITS}"
+
+
+def _group(group, **kwargs):
+    return _controller(checks=("handshake", group), address_bits=ADDRESS_BITS, **kwargs)
+
+
+def controller_proofs():
+    """The controller's contract, bounded, with its covers."""
+    small = PRESETS["small"]
+    proofs = [
+        Proof("controller_valid_ignores_ready", "handshake", PROOF_CONFIG, "netlist", 0,
+              _controller_block, quick=True, streams=("o_resp", "o_mem")),
+        Proof(f"controller_{small.name}_valid_ignores_ready", "handshake", small.name,
+              "netlist", 0, lambda: Controller(params=small), streams=("o_resp", "o_mem")),
+        Proof("controller_contract_short", "controller", PROOF_CONFIG, "bmc", QUICK_DEPTH,
+              _controller(checks=CONTRACT), quick=True),
+    ]
+    for group in CONTRACT[1:]:
+        proofs.append(Proof(f"controller_{group}", f"controller: {group}", DEEP_CONFIG, "bmc",
+                            CONTRACT_DEPTH, _group(group)))
+    resets = _controller(checks=("handshake", "reset"), resets=True, address_bits=ADDRESS_BITS)
+    power_up = _controller(checks=("handshake", "responses", "reset"),
+                           address_bits=ADDRESS_BITS)
+    proofs += [
+        Proof("controller_contract_cover", "controller", PROOF_CONFIG, "cover",
+              CONTRACT_DEPTH, _controller(checks=CONTRACT)),
+        Proof("controller_reset", "controller: reset", DEEP_CONFIG, "bmc", RESET_DEPTH,
+              resets),
+        Proof("controller_reset_cover", "controller: reset", DEEP_CONFIG, "cover",
+              RESET_DEPTH, resets),
+        Proof("controller_power_up", "controller: reset", DEEP_CONFIG + ", power-up state "
+              "arbitrary", "bmc", RESET_DEPTH, power_up, power_up=True),
+    ]
+    return proofs
+
+
+def bug_proofs():
+    """Each planted bug under the proof that catches it: each must fail."""
+    sign = PRESETS["small"]
+
+    def sign_count():
+        return SignCountSpec(line_bits=TILE_LANES, max_workers=sign.max_workers,
+                             counter_bits=sign.counter_bits, max_contributions=sign.max_workers)
+
+    def passthrough():
+        return PassthroughSpec(line_bits=sign.line_bits, max_reads=3)
+
+    on_top = {"reset_flags": ("reset", _controller(checks=("reset",), resets=True,
+                                                   address_bits=ADDRESS_BITS)),
+              "tie_rule": ("aggregation", _group("aggregation")),
+              "forward_three_ahead": ("aggregation", _group("aggregation")),
+              "response_order": ("responses", _group("responses")),
+              "duplicate_check": ("responses", _group("responses")),
+              "passthrough_bit": ("passthrough", _group("passthrough"))}
+    proofs = [
+        Proof("bug_tie_rule_block", "planted bugs", f"{sign.name}, {TILE_LANES} line bits",
+              "bmc", 6, sign_count, quick=True, bug="tie_rule"),
+        Proof("bug_passthrough_bit_block", "planted bugs", f"{sign.name}, 3 reads in flight",
+              "bmc", 6, passthrough, quick=True, bug="passthrough_bit"),
+    ]
+    proofs += [Proof(f"bug_{bug}", "planted bugs", f"{DEEP_CONFIG}; {group}", "bmc",
+                     CONTRACT_DEPTH, spec, bug=bug) for bug, (group, spec) in on_top.items()]
+    return proofs
+
+
+def all_proofs():
+    """Every proof, in the order the report lists them."""
+    return block_proofs() + controller_proofs() + bug_proofs()
