@@ -3,13 +3,15 @@
 import argparse
 import concurrent.futures
 import fnmatch
+import functools
 import json
 import pathlib
 import sys
 import time
 
 from .catalogue import all_proofs
-from .runner import MODES, SOLVER, FormalToolError, prepare_proof, solve_proof, tool_environment
+from .runner import (MODES, SOLVER, FormalToolError, Outcome, prepare_proof, solve_proof,
+                     tool_environment)
 
 
 def report_markdown(outcomes, seconds):
@@ -67,22 +69,27 @@ def main(argv=None):
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     outcomes = {}
+
+    def report(proof, folder, future):
+        try:
+            outcome = future.result()
+        except (OSError, FormalToolError) as error:   # a tool that could not run
+            print(f"formal: {proof.name}: {error}", file=sys.stderr, flush=True)
+            outcome = Outcome(proof, "ERROR", 0.0, [], folder)
+        outcomes[proof.name] = outcome
+        print(f"formal: [{len(outcomes)}/{len(proofs)}] {proof.name} ({proof.mode}, depth "
+              f"{proof.depth}): {outcome.status}"
+              f"{'' if outcome.ok else ' (expected ' + proof.expect + ')'} in "
+              f"{outcome.seconds:.0f} s", flush=True)
+
     # Designs are elaborated here one at a time (a planted bug patches module globals);
-    # SymbiYosys runs up to --jobs of them side by side.
+    # SymbiYosys runs up to --jobs of them side by side, each reported as it ends.
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        running = {}
         for index, proof in enumerate(proofs, 1):
             print(f"formal: elaborating {proof.name} ({index}/{len(proofs)})", flush=True)
             folder = prepare_proof(proof, out / proof.name)
-            running[pool.submit(solve_proof, proof, folder, env=env)] = proof
-        for done, future in enumerate(concurrent.futures.as_completed(running), 1):
-            outcome = future.result()
-            proof = outcome.proof
-            outcomes[proof.name] = outcome
-            print(f"formal: [{done}/{len(proofs)}] {proof.name} ({proof.mode}, depth "
-                  f"{proof.depth}): {outcome.status}"
-                  f"{'' if outcome.ok else ' (expected ' + proof.expect + ')'} in "
-                  f"{outcome.seconds:.0f} s", flush=True)
+            pool.submit(solve_proof, proof, folder, env=env).add_done_callback(
+                functools.partial(report, proof, folder))
     outcomes = [outcomes[p.name] for p in proofs]
     seconds = time.monotonic() - start
     (out / "report.json").write_text(json.dumps(

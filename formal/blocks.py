@@ -109,9 +109,9 @@ class SignCountSpec(Elaboratable):
                              Assert(p_out.tie[lane] == ~not_tie)]
         with m.If(running):
             m.d.comb += Assert(p_out.readout == expected_line)
-        # Reachable: a tie after three votes, a negative majority, and a full counter
+        # Reachable: a tie after two votes, a negative majority, and a full counter
         # that meets a vote where counters can fill.
-        m.d.comb += [Cover(running & (p_in.counts[0] == 3) & p_out.tie[0]),
+        m.d.comb += [Cover(running & (p_in.counts[0] == 2) & p_out.tie[0]),
                      Cover(running & (p_in.counts[1] == 2) & p_out.sign[1])]
         if engine.saturates:
             m.d.comb += Cover(running & p_out.saturated[0])

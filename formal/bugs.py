@@ -47,6 +47,17 @@ def planted(bug):
             setattr(module, attribute, shipped)
 
 
+def _folded_kept_through_reset(shipped):
+    # The control plane's record of which words in flight were accepted writes survives a
+    # reset, so it no longer drops the flags of words formed before one.
+    def signal(*args, **kwargs):
+        if kwargs.get("name") == "folded":
+            kwargs["reset_less"] = True
+        return shipped(*args, **kwargs)
+    signal.like = shipped.like
+    return signal
+
+
 def _tie_reads_negative(shipped):
     # 2n >= N instead of 2n > N: the thresholds of N - 1, which differ from N's on ties only.
     def majority_thresholds(num_workers, *, max_workers):
@@ -115,9 +126,11 @@ def _bit_flipped(shipped):
 
 #: The planted bugs, by name.
 BUGS = {bug.name: bug for bug in (
-    PlantedBug("reset_flags", "the tiles' settle after reset ends at the write stage, so "
-               "the flags of a word in flight before a one-cycle reset are raised after it",
-               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: lane_tile.WRITE_STAGE}),
+    PlantedBug("reset_flags", "the tiles' mask after a reset ends at the write stage, and "
+               "the control plane's record of accepted writes survives the reset, so the "
+               "flags of a word in flight before a one-cycle reset are counted after it",
+               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: lane_tile.WRITE_STAGE,
+                "hw.control_plane:Signal": _folded_kept_through_reset}),
     PlantedBug("tie_rule", "a tie reads as a negative majority (2n >= N)",
                {"hw.sign_count:majority_thresholds": _tie_reads_negative,
                 "hw.control_plane:majority_thresholds": _tie_reads_negative}),
