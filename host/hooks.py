@@ -340,6 +340,7 @@ class FabricHook:
         self._residual = {}
         self._regions = {}
         self._scratch = {}
+        self._workspace = _lanes.Workspace()
         self.set_routes(routes)
         self.traffic = TrafficMeter(line_bits=self.line_bits)
         self.step = 0
@@ -672,7 +673,8 @@ class FabricHook:
             if inside:
                 sums = _agreement_sums(route, planes, world,
                                        [max(bounds[k][0], e0) - c0 * per_line for k in inside],
-                                       [min(bounds[k][1], e1) - c0 * per_line for k in inside])
+                                       [min(bounds[k][1], e1) - c0 * per_line for k in inside],
+                                       self._workspace)
                 agreement.index_add_(0, torch.tensor(inside, device=device), sums)
             tick = self._phase(route, "fold", tick)
             readout_lines = (device_lines[c0 * per_slot:c1 * per_slot] if device_lines is not None
@@ -711,9 +713,10 @@ class FabricHook:
             return
         per_line, nbytes = self.line_bits, lines.shape[1]
         for c0, c1 in chunks:
-            lines[c0:c1] = _lanes.gbinary_encode(
+            _lanes.gbinary_encode(
                 stream[c0 * per_line:c1 * per_line], line_bits=self.line_bits,
-                dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes])
+                dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes],
+                out=lines[c0:c1], workspace=self._workspace)
 
     def _encode_gternary(self, stream, tau, shared, options, bucket_index, lines, chunks):
         key = self._draws_key(bucket_index)
@@ -730,8 +733,9 @@ class FabricHook:
             draws = (_lanes.uniform_draws(key, piece.numel(), first=c0 * per_line,
                                           device=stream.device)
                      if options.stochastic else None)
-            lines[c0:c1] = _lanes.gternary_encode_lines(piece, tau=tau, line_bits=self.line_bits,
-                                                        draws=draws, scale=shared)
+            _lanes.gternary_encode_lines(piece, tau=tau, line_bits=self.line_bits, draws=draws,
+                                         scale=shared, out=lines[c0:c1],
+                                         workspace=self._workspace)
 
     def _fold(self, route, gathered):
         """The accumulator's bit-planes of every worker's lines (``COUNTS`` or ``SUMS``)."""
@@ -742,7 +746,12 @@ class FabricHook:
                 gathered.numpy(), max_workers=caps.max_workers, counter_bits=caps.counter_bits))
         fold = (_lanes.gbinary_aggregate_planes if route == GBINARY
                 else _lanes.gternary_aggregate_planes)
-        return fold(gathered, max_workers=caps.max_workers, counter_bits=caps.counter_bits)
+        per_slot = (caps.counter_bits if route == GBINARY else
+                    readout_lines_per_slot(Readout.SUMS, counter_bits=caps.counter_bits))
+        out = self._workspace.take("fold", (gathered.shape[1], per_slot, gathered.shape[2]),
+                                   torch.uint8, gathered.device)
+        return fold(gathered, max_workers=caps.max_workers, counter_bits=caps.counter_bits,
+                    out=out, workspace=self._workspace)
 
     def _readout(self, route, planes, readout, options):
         if route == GBINARY:
@@ -753,9 +762,13 @@ class FabricHook:
             module = route_spec(route).golden
             return torch.from_numpy(module.readout_planes(planes.numpy(), readout=readout,
                                                           **args))
-        read = (_lanes.gbinary_readout_planes if route == GBINARY
-                else _lanes.gternary_readout_planes)
-        return read(planes, readout=readout, **args)
+        per_slot = readout_lines_per_slot(readout, counter_bits=self.caps.counter_bits)
+        out = self._workspace.take("readout", (planes.shape[0] * per_slot, planes.shape[2]),
+                                   torch.uint8, planes.device)
+        if route == GBINARY:
+            return _lanes.gbinary_readout_planes(planes, readout=readout, out=out, **args)
+        return _lanes.gternary_readout_planes(planes, readout=readout, out=out,
+                                              workspace=self._workspace, **args)
 
     def _decode(self, route, readout, readout_lines, flip, b0, b1, flat, pieces, remaining):
         """The readout lines of a chunk decoded into the bucket, piece by piece: ``(start in
@@ -786,10 +799,12 @@ class FabricHook:
             if readout is Readout.TERNARY:
                 zeros = slots[:, 1].reshape(-1)
             if flip is not None:
-                data = data ^ flip[b0:b1]
+                data = torch.bitwise_xor(data, flip[b0:b1], out=self._workspace.take(
+                    "dithered", data.numel(), torch.uint8, data.device))
         else:
             data = readout_lines.reshape(-1)
-        _lanes.scaled_values_into(data, route=route, pieces=pieces, zeros=zeros)
+        _lanes.scaled_values_into(data, route=route, pieces=pieces, zeros=zeros,
+                                  workspace=self._workspace)
 
     def _residuals(self, route, stream, segments, indices, starts, lines, own_l1):
         """This worker's residuals: ``p`` less its own compressed values, each scaled by its
@@ -817,30 +832,44 @@ class FabricHook:
             self._residual[name] = residual
 
 
-def _agreement_sums(route, planes, world, starts, stops):
+def _agreement_sums(route, planes, world, starts, stops, workspace):
     """Per lane range, ``sum |2n - N|`` (G-Binary: ``planes`` the counters' bit-planes) or
     ``sum |S|`` (G-Ternary: the sums' ``SUMS`` lines) over its lanes, exact integers from
     population counts of the planes: no per-lane values are formed."""
     words = _lanes._words(planes)  # (lines, planes or digit lines, words)
+    n_lines, per_slot, per_line = words.shape
+    device = planes.device
     if route == GBINARY:
-        used = min(words.shape[1], world.bit_length())
-        counts = [words[:, k].reshape(-1) for k in range(used)]
-        upper = _lanes._greater(counts, (world - 1) // 2)  # 2n >= N
-        lower = ~upper
-        streams = ([c & upper for c in counts] + [c & lower for c in counts] + [upper])
+        used = min(per_slot, world.bit_length())
+        counts = [words[:, k] for k in range(used)]
+        streams = workspace.take("streams", (2 * used + 1, n_lines, per_line), torch.int64,
+                                 device)
+        upper = _lanes._greater(counts, (world - 1) // 2, out=streams[2 * used])  # 2n >= N
+        lower = workspace.take("lower", (n_lines, per_line), torch.int64, device)
+        torch.bitwise_not(upper, out=lower)
+        for k, count in enumerate(counts):
+            torch.bitwise_and(count, upper, out=streams[k])
+            torch.bitwise_and(count, lower, out=streams[used + k])
         weights = ([2 << k for k in range(used)] + [-(2 << k) for k in range(used)]
                    + [-2 * world])
-        sums = _lanes.range_sums(torch.stack(streams), weights, starts, stops)
+        sums = _lanes.range_sums(streams.view(2 * used + 1, -1), weights, starts, stops,
+                                 workspace=workspace, in_place=True)
         # sum over G (2n - N) + sum over ~G (N - 2n) = 2 sum_G n - 2 sum_~G n - N (|G| - |~G|)
-        return sums + world * (torch.tensor(stops, device=sums.device)
-                               - torch.tensor(starts, device=sums.device))
-    digits = [words[:, d].reshape(-1) for d in range(words.shape[1])]
-    bits = [plane for line in digits for plane in (line & _lanes._EVEN,
-                                                   _lanes._shr(line, 1) & _lanes._EVEN)]
-    sign = bits[-1]
-    width = min(len(bits) - 1, world.bit_length())
+        return sums + world * (torch.tensor(stops, device=device)
+                               - torch.tensor(starts, device=device))
+    width = min(2 * per_slot - 1, world.bit_length())
     # |S| = (S xor s) - s for s the sign (all ones where negative): below 2**width
-    streams = [bits[j] ^ sign for j in range(width)] + [sign]
+    streams = workspace.take("streams", (width + 1, n_lines, per_line), torch.int64, device)
+    sign = streams[width]
+    torch.bitwise_right_shift(words[:, per_slot - 1], 1, out=sign)  # bit 2k - 1 of each sum
+    sign &= _lanes._EVEN
+    for j in range(width):
+        if j % 2:
+            torch.bitwise_right_shift(words[:, j // 2], 1, out=streams[j])
+        else:
+            streams[j].copy_(words[:, j // 2])
+        streams[j] ^= sign
+        streams[j] &= _lanes._EVEN
     weights = [1 << j for j in range(width)] + [1]
-    return _lanes.range_sums(torch.stack(streams), weights, [2 * s for s in starts],
-                             [2 * s for s in stops])
+    return _lanes.range_sums(streams.view(width + 1, -1), weights, [2 * s for s in starts],
+                             [2 * s for s in stops], workspace=workspace, in_place=True)

@@ -153,19 +153,49 @@ def _check_workers(lines, max_workers, counter_bits, *, limit_rows=None):
     return lines, line_bits, counter_bits
 
 
+# ----------------------------------------------------------------------------- scratch
+
+class Workspace:
+    """Scratch tensors kept from call to call.
+
+    :meth:`take` hands out a view of a buffer held under a name, grown when it is too small,
+    so that a caller that runs the same shapes step after step (the hooks, a chunk of lanes
+    at a time) allocates nothing after the first step: fresh memory for every temporary is
+    what made the kernel's time exceed the arithmetic's. A view is valid until the next
+    :meth:`take` of its name; a workspace serves one thread.
+    """
+
+    def __init__(self):
+        self._held = {}
+
+    def take(self, name, shape, dtype, device):
+        shape = (shape,) if isinstance(shape, int) else tuple(shape)
+        numel = math.prod(shape)
+        key = (name, dtype, str(device))
+        held = self._held.get(key)
+        if held is None or held.numel() < numel:
+            held = self._held[key] = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        return held[:numel].view(shape)
+
+
+def _workspace(workspace):
+    return Workspace() if workspace is None else workspace
+
+
 # ----------------------------------------------------------------------------- bits
 
-def pack_bits(mask, out=None):
-    """Pack a flat ``bool`` tensor into bytes, element ``j`` at bit ``j % 8`` of byte
-    ``j // 8`` (NumPy's ``packbits(..., bitorder="little")``). The last byte's missing bits
-    are 0. Returns ``uint8`` of ``ceil(size / 8)`` bytes (into ``out`` if given)."""
+def pack_bits(mask, out=None, *, workspace=None):
+    """Pack a flat contiguous ``bool`` tensor into bytes, element ``j`` at bit ``j % 8`` of
+    byte ``j // 8`` (NumPy's ``packbits(..., bitorder="little")``). The last byte's missing
+    bits are 0. Returns ``uint8`` of ``ceil(size / 8)`` bytes (into ``out`` if given)."""
     size = mask.numel()
     n_bytes = -(-size // 8)
     if out is None:
         out = torch.empty(n_bytes, dtype=torch.uint8, device=mask.device)
     whole = size // 8
     if whole:
-        words = mask[:8 * whole].contiguous().view(torch.uint8).view(_I64) * _PACK_MAGIC
+        words = _workspace(workspace).take("pack", whole, _I64, mask.device)
+        torch.mul(mask[:8 * whole].view(torch.uint8).view(_I64), _PACK_MAGIC, out=words)
         out[:whole].copy_(words.view(torch.uint8).view(whole, 8)[:, 7])
     if size > 8 * whole:
         tail = torch.zeros(8, dtype=torch.uint8, device=mask.device)
@@ -174,10 +204,11 @@ def pack_bits(mask, out=None):
     return out
 
 
-def _pack_padded(mask, n_bytes):
-    """Packed bits of ``mask`` in ``n_bytes`` bytes, the bytes past them 0."""
-    out = torch.zeros(n_bytes, dtype=torch.uint8, device=mask.device)
-    pack_bits(mask, out[:-(-mask.numel() // 8)] if mask.numel() else out[:0])
+def _pack_padded(mask, out, workspace):
+    """Packed bits of ``mask`` into the bytes ``out``, the bytes past them 0."""
+    used = -(-mask.numel() // 8)
+    pack_bits(mask, out[:used], workspace=workspace)
+    out[used:] = 0
     return out
 
 
@@ -185,63 +216,81 @@ _SPREAD_STEPS = ((16, 0x0000_FFFF_0000_FFFF), (8, 0x00FF_00FF_00FF_00FF),
                  (4, 0x0F0F_0F0F_0F0F_0F0F), (2, 0x3333_3333_3333_3333), (1, _EVEN))
 
 
-def _spread(half_words):
-    """``int64`` values below ``2**32``: bit ``i`` moved to bit ``2i``."""
-    x = half_words
+def _spread_into(packed, out, tmp):
+    """Bits of ``packed`` bytes (a multiple of 4) spread to the even bits of ``int64`` words
+    ``out``: bit ``i`` to bit ``2i``. ``tmp`` is scratch of ``out``'s shape."""
+    out.copy_(packed.view(torch.int32))
+    out &= 0xFFFF_FFFF
     for shift, mask in _SPREAD_STEPS:
-        x = (x | (x << shift)) & mask
-    return x
+        torch.bitwise_left_shift(out, shift, out=tmp)
+        out |= tmp
+        out &= mask
+    return out
 
 
-def _interleave(low, high):
-    """Two packed bit streams (``uint8``, a multiple of 8 bytes) as 2-bit lanes: lane ``i``
-    gets ``high[i] low[i]``. Returns ``int64`` words, twice as many as the inputs have."""
-    lo = low.view(torch.int32).to(_I64) & 0xFFFF_FFFF
-    hi = high.view(torch.int32).to(_I64) & 0xFFFF_FFFF
-    return _spread(lo) | (_spread(hi) << 1)
+def _popcount_(words, tmp):
+    """Set bits of each ``int64`` word, in place (SWAR; torch has no population count).
+    ``tmp`` is scratch of the same shape."""
+    torch.bitwise_right_shift(words, 1, out=tmp)
+    tmp &= _EVEN
+    words -= tmp
+    torch.bitwise_right_shift(words, 2, out=tmp)
+    tmp &= 0x3333_3333_3333_3333
+    words &= 0x3333_3333_3333_3333
+    words += tmp
+    torch.bitwise_right_shift(words, 4, out=tmp)  # the fields are small: no sign to repeat
+    words += tmp
+    words &= 0x0F0F_0F0F_0F0F_0F0F
+    words *= 0x0101_0101_0101_0101
+    words >>= 56
+    return words
 
 
 def _popcount(words):
-    """Set bits of each ``int64`` word (SWAR; torch has no population count)."""
-    x = words - (_shr(words, 1) & _EVEN)
-    x = (x & 0x3333_3333_3333_3333) + (_shr(x, 2) & 0x3333_3333_3333_3333)
-    x = (x + _shr(x, 4)) & 0x0F0F_0F0F_0F0F_0F0F
-    return _shr(x * 0x0101_0101_0101_0101, 56)
+    return _popcount_(words.clone(), torch.empty_like(words))
 
 
-def range_sums(streams, weights, starts, stops):
+def range_sums(streams, weights, starts, stops, *, workspace=None, in_place=False):
     """``sum_s weights[s] * popcount(streams[s] bits [starts[r], stops[r]))`` per range ``r``.
 
     ``streams`` is ``(S, n_words)`` ``int64`` (bit ``i`` of the stream at bit ``i % 64`` of
     word ``i // 64``), ``weights`` ``S`` Python integers, ``starts``/``stops`` bit positions.
-    Returns ``int64`` sums, one per range, on the streams' device: exact integers.
+    Returns ``int64`` sums, one per range, on the streams' device: exact integers. The
+    streams are only read; with ``in_place`` they are counted where they lie, and left as
+    counts.
     """
+    ws = _workspace(workspace)
     device = streams.device
-    counts = _popcount(streams)
-    per_word = (counts * torch.tensor(weights, dtype=_I64, device=device)[:, None]).sum(0)
-    prefix = torch.zeros(per_word.numel() + 1, dtype=_I64, device=device)
-    torch.cumsum(per_word, 0, out=prefix[1:])
+    n_streams, n_words = streams.shape
     starts = torch.as_tensor(starts, dtype=_I64, device=device)
     stops = torch.as_tensor(stops, dtype=_I64, device=device)
-    first, last = starts // 64, stops // 64  # the words holding the ends (last: exclusive)
-    total = prefix[last] - prefix[first]  # whole words from first to last
-    # Less the bits of the first word before the start, plus the last word's bits before the
-    # stop (a stop on a word boundary adds nothing: its mask is empty).
-    n_words = streams.shape[1]
     weight = torch.tensor(weights, dtype=_I64, device=device)[:, None]
+    first, last = starts // 64, stops // 64  # the words holding the ends (last: exclusive)
+    total = torch.zeros(starts.numel(), dtype=_I64, device=device)
+    if not n_words:
+        return total
 
     def below(word_index, bits):
-        mask = torch.where(bits == 0, torch.zeros_like(bits),
-                           torch.where(bits == 64, torch.full_like(bits, _ONES),
-                                       (torch.ones_like(bits) << bits.clamp(max=63)) - 1))
-        words = streams[:, word_index.clamp(max=max(n_words - 1, 0))] & mask
+        """Weighted set bits of the words at ``word_index`` below bit ``bits`` (0 to 64)."""
+        mask = torch.where(bits >= 64, torch.full_like(bits, _ONES),
+                           (torch.ones_like(bits) << bits.clamp(max=63)) - 1)
+        words = streams[:, word_index.clamp(max=n_words - 1)] & mask
         return (_popcount(words) * weight).sum(0)
 
-    if n_words:
-        total -= below(first, starts - 64 * first)
-        total += torch.where(stops % 64 > 0, below(last, stops - 64 * last),
-                             torch.zeros_like(total))
-    return total
+    # Less the bits of the first word before the start, plus the last word's bits before the
+    # stop (a stop on a word boundary adds nothing: its mask is empty). Taken before the
+    # counts below, which may overwrite the streams.
+    total -= below(first, starts - 64 * first)
+    total += torch.where(stops % 64 > 0, below(last, stops - 64 * last), torch.zeros_like(total))
+    counts = streams if in_place else ws.take("counts", streams.shape, _I64, device).copy_(streams)
+    _popcount_(counts, ws.take("popcount", counts.shape, _I64, device))
+    per_word = ws.take("per_word", n_words, _I64, device)
+    torch.mul(counts[0], weights[0], out=per_word)
+    for s in range(1, n_streams):
+        per_word.add_(counts[s], alpha=weights[s])
+    # Whole words from first to last: a sum per range (torch's int64 prefix sum is slow).
+    whole = torch.stack([per_word[a:b].sum() for a, b in zip(first.tolist(), last.tolist())])
+    return total + whole
 
 
 # ----------------------------------------------------------------------------- random draws
@@ -307,110 +356,143 @@ def uniform_draws_numpy(key, count):
 
 # ----------------------------------------------------------------------------- G-Binary
 
-def gbinary_encode(grad, *, line_bits=512, dither=None):
+def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None):
     """:func:`neuron_fabric.golden.gbinary.encode` of ``grad``, or, with ``dither``, of
     ``grad * (1 - 2 * d)`` where ``d`` is bit ``j % 8`` of byte ``j // 8`` of ``dither``
     (``uint8``, at least ``ceil(size / 8)`` bytes): a flipped element encodes 1 where it is
     above 0, an element kept where it is below 0, so ``+-0`` still encodes 0.
 
-    Returns ``uint8`` lines ``(ceil(size / line_bits), line_bits // 8)`` on ``grad``'s device.
+    Returns ``uint8`` lines ``(ceil(size / line_bits), line_bits // 8)`` on ``grad``'s device
+    (into ``out`` if given; temporaries from ``workspace``, a :class:`Workspace`).
     Raises ``TypeError`` for a non-floating tensor and ``ValueError`` for NaN or an
     unsupported ``line_bits``.
     """
     nbytes = _lines.line_bytes(line_bits)
     flat = _check_grad(grad)
-    n_lines = -(-flat.numel() // line_bits)
-    if flat.numel() and torch.isnan(flat.min()):
+    size = flat.numel()
+    n_lines = -(-size // line_bits)
+    if size and torch.isnan(flat.min()):
         _refuse_nan(flat)
-    negative = _pack_padded(flat < 0, n_lines * nbytes)
+    ws = _workspace(workspace)
+    if out is None:
+        out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=flat.device)
+    packed = out.view(-1)
+    mask = ws.take("mask", size, torch.bool, flat.device)
+    _pack_padded(torch.lt(flat, 0, out=mask), packed, ws)
     if dither is not None:
-        used = -(-flat.numel() // 8)
+        used = -(-size // 8)
         if not isinstance(dither, torch.Tensor) or dither.dtype != torch.uint8 \
                 or dither.numel() < used:
             raise ValueError(f"dither must be uint8 bytes holding a bit for each of the "
-                             f"{flat.numel()} elements, not {dither!r:.60}")
-        flip = torch.zeros_like(negative)
-        flip[:used] = dither.reshape(-1)[:used]
-        # Bits past the last element are 0 in both packed masks, so they stay 0.
-        positive = _pack_padded(flat > 0, n_lines * nbytes)
-        negative = (negative & ~flip) | (positive & flip)
-    return negative.view(n_lines, nbytes)
+                             f"{size} elements, not {dither!r:.60}")
+        # N ^ ((N ^ P) & F): below 0 where kept, above 0 where flipped (bits past the last
+        # element are 0 in both packed masks, so they stay 0).
+        positive = pack_bits(torch.gt(flat, 0, out=mask),
+                             ws.take("positive", used, torch.uint8, flat.device), workspace=ws)
+        positive ^= packed[:used]
+        positive &= dither.reshape(-1)[:used]
+        packed[:used] ^= positive
+    return out
 
 
-def _count_rows(rows, width):
-    """Add ``rows`` (``(W, n)`` ``int64``) bit by bit into ``width`` planes ``(width, n)``,
-    least significant first: a ripple of half adders per row, only as far as its count can
-    reach."""
-    planes = torch.zeros((width, rows.shape[1]), dtype=_I64, device=rows.device)
+def _count_rows(rows, width, planes=None, workspace=None):
+    """Add ``rows`` (``(W, n)`` ``int64``) bit by bit into ``width`` planes ``(width, n)``
+    (``planes`` if given), least significant first: a ripple of half adders per row, only
+    as far as its count can reach, in place."""
+    ws = _workspace(workspace)
+    n = rows.shape[1]
+    if planes is None:
+        planes = torch.empty((width, n), dtype=_I64, device=rows.device)
+    planes.zero_()
+    carries = (ws.take("carry_a", n, _I64, rows.device), ws.take("carry_b", n, _I64, rows.device))
     for index, row in enumerate(rows):
+        if index == 0:
+            planes[0].copy_(row)
+            continue
         carry = row
-        for k in range((index + 1).bit_length()):
-            if k >= width:
-                break
-            nxt = planes[k] & carry
+        for k in range(min(width, (index + 1).bit_length())):
+            nxt = carries[k % 2]
+            torch.bitwise_and(planes[k], carry, out=nxt)
             planes[k] ^= carry
             carry = nxt
     return planes
 
 
-def _greater(planes, value):
-    """Mask of the unsigned numbers held as ``planes`` (a list) above the constant ``value``."""
+def _greater(planes, value, out=None):
+    """Mask of the unsigned numbers held as ``planes`` (a list) above the constant ``value``
+    (into ``out`` if given)."""
     n = len(planes)
+    if out is None:
+        out = torch.empty_like(planes[0])
     if value < 0 or value >> n:
-        return torch.full_like(planes[0], _ONES if value < 0 else 0)
+        return out.fill_(_ONES if value < 0 else 0)
     addend = (1 << n) - 1 - value
-    carry = None
+    started = False
     for k, plane in enumerate(planes):
         if addend >> k & 1:
-            carry = plane.clone() if carry is None else carry | plane
-        elif carry is not None:
-            carry = carry & plane
-    return carry if carry is not None else torch.zeros_like(planes[0])
+            if started:
+                out |= plane
+            else:
+                out.copy_(plane)
+                started = True
+        elif started:
+            out &= plane
+    return out if started else out.zero_()
 
 
-def _equal(planes, value):
+def _equal(planes, value, out=None):
+    if out is None:
+        out = torch.empty_like(planes[0])
     if value < 0 or value >> len(planes):
-        return torch.zeros_like(planes[0])
-    equal = torch.full_like(planes[0], _ONES)
+        return out.zero_()
+    out.fill_(_ONES)
     for k, plane in enumerate(planes):
-        equal &= plane if value >> k & 1 else ~plane
-    return equal
+        if value >> k & 1:
+            out &= plane
+        else:
+            out &= ~plane
+    return out
 
 
-def gbinary_aggregate_planes(lines, *, max_workers, counter_bits=None):
+def gbinary_aggregate_planes(lines, *, max_workers, counter_bits=None, out=None,
+                             workspace=None):
     """:func:`neuron_fabric.golden.gbinary.aggregate_planes`: every worker's lines
     ``(workers, n_lines, line_bytes)`` counted per lane, saturating at
-    ``2**counter_bits - 1``, as ``uint8`` ``(n_lines, counter_bits, line_bytes)`` bit-planes."""
+    ``2**counter_bits - 1``, as ``uint8`` ``(n_lines, counter_bits, line_bytes)`` bit-planes
+    (into ``out`` if given)."""
     lines, _, counter_bits = _check_workers(lines, max_workers, counter_bits, limit_rows=255)
     workers, n_lines, nbytes = lines.shape
-    out = torch.zeros((n_lines, counter_bits, nbytes), dtype=torch.uint8, device=lines.device)
+    if out is None:
+        out = torch.empty((n_lines, counter_bits, nbytes), dtype=torch.uint8,
+                          device=lines.device)
+    out.zero_()
     if not workers or not n_lines:
         return out
+    ws = _workspace(workspace)
     rows = _words(lines).reshape(workers, -1)
     width = workers.bit_length()
-    planes = _count_rows(rows, width)
+    planes = _count_rows(rows, width, ws.take("planes", (width, rows.shape[1]), _I64,
+                                               lines.device), ws)
     if width > counter_bits:  # a bit above the counter's saturates every counter plane
-        planes = planes[:counter_bits] | _or_rows(planes[counter_bits:])
+        over = ws.take("carry_a", rows.shape[1], _I64, lines.device)
+        over.copy_(planes[counter_bits])
+        for plane in planes[counter_bits + 1:]:
+            over |= plane
+        planes[:counter_bits] |= over
     used = min(width, counter_bits)
     _words(out).view(n_lines, counter_bits, nbytes // 8)[:, :used].copy_(
         planes[:used].view(used, n_lines, nbytes // 8).transpose(0, 1))
     return out
 
 
-def _or_rows(rows):
-    total = rows[0].clone()
-    for row in rows[1:]:
-        total |= row
-    return total
-
-
 def _check_readout(readout, route):
     return check_readout(readout, route=route)
 
 
-def gbinary_readout_planes(planes, *, readout, num_workers):
+def gbinary_readout_planes(planes, *, readout, num_workers, out=None):
     """:func:`neuron_fabric.golden.gbinary.readout_planes`: the readout lines of complete
-    slots from ``uint8`` planes ``(n_slots, counter_bits, line_bytes)``."""
+    slots from ``uint8`` planes ``(n_slots, counter_bits, line_bytes)`` (into ``out`` if
+    given, for ``SIGN`` and ``TERNARY``)."""
     _check_tensor(planes, name="planes", dtype=torch.uint8, ndim=3)
     readout = _check_readout(readout, Route.GBINARY)
     n_slots, counter_bits, nbytes = planes.shape
@@ -419,15 +501,19 @@ def gbinary_readout_planes(planes, *, readout, num_workers):
     num_workers = check_int("num_workers", num_workers, low=1, high=MAX_WORKERS_LIMIT)
     if readout is Readout.COUNTS:
         return planes.reshape(-1, nbytes).clone()
-    words = _words(planes).transpose(0, 1)  # (counter_bits, n_slots, words)
-    negative = _greater(list(words), num_workers // 2)
-    if readout is Readout.SIGN:
-        out = negative[:, None]
-    else:
-        decided = (~_equal(list(words), num_workers // 2) if num_workers % 2 == 0
-                   else torch.full_like(negative, _ONES))
-        out = torch.stack([negative, decided], dim=1)
-    return out.contiguous().view(torch.uint8).reshape(-1, line_bits // 8)
+    per_slot = 1 if readout is Readout.SIGN else 2
+    if out is None:
+        out = torch.empty((n_slots * per_slot, nbytes), dtype=torch.uint8, device=planes.device)
+    words = list(_words(planes).transpose(0, 1))  # counter_bits of (n_slots, words)
+    slots = _words(out).view(n_slots, per_slot, nbytes // 8)
+    _greater(words, num_workers // 2, out=slots[:, 0])
+    if readout is Readout.TERNARY:
+        if num_workers % 2:  # with N odd every lane is decided
+            slots[:, 1] = _ONES
+        else:
+            _equal(words, num_workers // 2, out=slots[:, 1])
+            slots[:, 1].bitwise_not_()
+    return out.view(-1, line_bits // 8)
 
 
 def _bits_of(lines):
@@ -516,40 +602,57 @@ def gternary_threshold(grad, *, ratio):
     return _exact_threshold(ratio * peak, flat.dtype), peak
 
 
-def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None):
+def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, out=None,
+                          workspace=None):
     """The second pass of :func:`gternary_encode`: the codes of ``grad`` against the
     threshold ``tau`` from :func:`gternary_threshold` (of this or a larger tensor), packed
-    into lines; ``draws`` and ``scale`` (required with ``draws``: the finite scale of the
-    stochastic mode) as there."""
+    into lines (into ``out`` if given); ``draws`` and ``scale`` (required with ``draws``: the
+    finite scale of the stochastic mode) as there."""
     nbytes = _lines.line_bytes(line_bits)
     flat = _check_grad(grad)
     size = flat.numel()
     lanes = line_bits // 2
     n_lines = -(-size // lanes)
-    kept = None
+    ws = _workspace(workspace)
+    device = flat.device
+    positive = ws.take("mask", size, torch.bool, device)
+    negative = ws.take("mask_2", size, torch.bool, device)
+    if math.isnan(tau):  # 0 * inf: the golden encoder's compares with NaN keep nothing
+        positive.zero_()
+        negative.zero_()
+    elif tau > 0:
+        torch.ge(flat, tau, out=positive)
+        torch.le(flat, -tau, out=negative)
+    else:  # |g| >= 0 everywhere; sign(0) is still 0
+        torch.gt(flat, 0, out=positive)
+        torch.lt(flat, 0, out=negative)
     if draws is not None:
         # Kept where u * s < |g|, u * s rounded to float32 and compared in the wider of
         # float32 and the gradient's type, as the golden model's compiled loop compares.
-        scaled = draws.to(flat.device) * float(np.float32(scale))
-        magnitude = flat.abs()
-        if flat.dtype == torch.float64:
-            scaled = scaled.to(torch.float64)
-        elif flat.dtype == torch.float16:
-            magnitude = magnitude.to(torch.float32)
-        kept = scaled < magnitude
-    if math.isnan(tau):  # 0 * inf: the golden encoder's compares with NaN keep nothing
-        positive = negative = torch.zeros_like(flat, dtype=torch.bool)
-    elif tau > 0:
-        positive, negative = flat >= tau, flat <= -tau
-    else:  # |g| >= 0 everywhere; sign(0) is still 0
-        positive, negative = flat > 0, flat < 0
-    if kept is not None:
+        wide = torch.float64 if flat.dtype == torch.float64 else torch.float32
+        scaled = ws.take("scaled", size, torch.float32, device)
+        torch.mul(draws.to(device), float(np.float32(scale)), out=scaled)
+        magnitude = ws.take("magnitude", size, wide, device)
+        magnitude.copy_(flat)
+        magnitude.abs_()
+        kept = ws.take("kept", size, torch.bool, device)
+        torch.lt(scaled.to(wide) if wide != torch.float32 else scaled, magnitude, out=kept)
         positive &= kept
         negative &= kept
+    positive |= negative  # non-zero
     padded = n_lines * lanes // 8
-    nonzero = _pack_padded(positive | negative, padded)
-    minus = _pack_padded(negative, padded)
-    return _interleave(nonzero, minus).view(torch.uint8).view(n_lines, nbytes)
+    if out is None:
+        out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=device)
+    low = _pack_padded(positive, ws.take("nonzero", padded, torch.uint8, device), ws)
+    high = _pack_padded(negative, ws.take("minus", padded, torch.uint8, device), ws)
+    words = _words(out).view(-1)
+    tmp = ws.take("spread", words.numel(), _I64, device)
+    spread_high = ws.take("spread_high", words.numel(), _I64, device)
+    _spread_into(low, words, tmp)
+    _spread_into(high, spread_high, tmp)
+    spread_high <<= 1
+    words |= spread_high
+    return out
 
 
 def gternary_encode(grad, *, ratio, line_bits=512, draws=None, scale=None):
@@ -580,28 +683,42 @@ def gternary_encode(grad, *, ratio, line_bits=512, draws=None, scale=None):
     return gternary_encode_lines(flat, tau=tau, line_bits=line_bits, draws=draws, scale=scale)
 
 
-def _votes(words):
+def _votes(words, out):
     """A worker's words as two votes a lane: the code's low bit at the even bit, low AND high
     (a -1) at the odd bit; an invalid code (``10``) votes for neither."""
-    return words & ((words << 1) | _EVEN)
+    torch.bitwise_left_shift(words, 1, out=out)
+    out |= _EVEN
+    out &= words
+    return out
 
 
-def _subtract_minus(tally, bits):
-    """Tallies ``N`` (even bits) and ``M`` (odd bits) as ``bits`` planes of ``N - 2M``, two's
-    complement at the even bits (``bits`` past the tallies repeat the sign)."""
-    out, borrow, minus = [], None, None
+def _subtract_minus(tally, bits, out, tmp):
+    """Tallies ``N`` (even bits) and ``M`` (odd bits) as ``bits`` planes ``out`` of
+    ``N - 2M``, two's complement at the even bits (``bits`` past the tallies repeat the
+    sign); ``tmp``: four scratch rows."""
+    borrow, minus, a, spare = tmp[0], tmp[1], tmp[2], tmp[3]
+    minus.zero_()
+    borrow.zero_()
     for k in range(bits):
-        both = tally[k] if k < len(tally) else torch.zeros_like(tally[0])
-        a = both & _EVEN
-        b = minus if minus is not None else torch.zeros_like(a)
-        partial = a ^ b
-        if borrow is None:
-            diff, borrow = partial, ~a & b
+        if k < len(tally):
+            torch.bitwise_and(tally[k], _EVEN, out=a)
         else:
-            diff = partial ^ borrow
-            borrow = (~a & b) | (~partial & borrow)
-        out.append(diff & _EVEN)
-        minus = _shr(both, 1) & _EVEN
+            a.zero_()
+        diff = out[k]
+        torch.bitwise_xor(a, minus, out=diff)  # a ^ b
+        # borrow out: (~a & b) | (~(a ^ b) & borrow)
+        torch.bitwise_not(diff, out=spare)
+        spare &= borrow
+        diff ^= borrow  # the difference
+        a.bitwise_not_()
+        a &= minus
+        torch.bitwise_or(a, spare, out=borrow)
+        diff &= _EVEN
+        if k < len(tally):
+            torch.bitwise_right_shift(tally[k], 1, out=minus)
+            minus &= _EVEN
+        else:
+            minus.zero_()
     return out
 
 
@@ -632,36 +749,46 @@ def _fold_in_order(rows, limit, width):
     return [plane & _EVEN for plane in sums]
 
 
-def gternary_aggregate_planes(lines, *, max_workers, counter_bits=None):
+def gternary_aggregate_planes(lines, *, max_workers, counter_bits=None, out=None,
+                              workspace=None):
     """:func:`neuron_fabric.golden.gternary.aggregate_planes`: the saturating per-lane sums of
     every worker's lines ``(workers, n_lines, line_bytes)``, in worker order, as ``uint8``
-    ``SUMS`` lines ``(n_lines, ceil((counter_bits + 1) / 2), line_bytes)``."""
+    ``SUMS`` lines ``(n_lines, ceil((counter_bits + 1) / 2), line_bytes)`` (into ``out`` if
+    given)."""
     lines, _, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
     per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
-    out = torch.zeros((n_lines, per_slot, nbytes), dtype=torch.uint8, device=lines.device)
+    if out is None:
+        out = torch.empty((n_lines, per_slot, nbytes), dtype=torch.uint8, device=lines.device)
     if not workers or not n_lines:
-        return out
+        return out.zero_()
+    ws = _workspace(workspace)
+    device = lines.device
     rows = _words(lines).reshape(workers, -1)
+    n = rows.shape[1]
     limit = sum_limit(max_workers, counter_bits)
     if workers <= limit:  # no sum can saturate: P - M in any order
         width = workers.bit_length()
-        tally = list(_count_rows(_votes(rows), width))
-        planes = _subtract_minus(tally, width + 1)
+        votes = _votes(rows, ws.take("votes", rows.shape, _I64, device))
+        tally = _count_rows(votes, width, ws.take("planes", (width, n), _I64, device), ws)
+        planes = _subtract_minus(list(tally), width + 1,
+                                 ws.take("sums", (width + 1, n), _I64, device),
+                                 ws.take("borrows", (4, n), _I64, device))
     else:
-        planes = _fold_in_order(list(rows), limit, counter_bits + 1)
-    digits = []
+        planes = torch.stack(_fold_in_order(list(rows), limit, counter_bits + 1))
+    digits = _words(out).view(n_lines, per_slot, nbytes // 8)
+    high = ws.take("digit_high", n, _I64, device)
     for d in range(per_slot):
-        low = planes[min(2 * d, len(planes) - 1)]
-        high = planes[min(2 * d + 1, len(planes) - 1)]
-        digits.append(low | (high << 1))
-    _words(out).copy_(torch.stack(digits).view(per_slot, n_lines, nbytes // 8).transpose(0, 1))
+        torch.bitwise_left_shift(planes[min(2 * d + 1, len(planes) - 1)], 1, out=high)
+        high |= planes[min(2 * d, len(planes) - 1)]
+        digits[:, d].copy_(high.view(n_lines, nbytes // 8))
     return out
 
 
-def gternary_readout_planes(planes, *, readout, gate):
+def gternary_readout_planes(planes, *, readout, gate, out=None, workspace=None):
     """:func:`neuron_fabric.golden.gternary.readout_planes`: the readout lines of complete
-    slots from ``SUMS`` lines ``(n_slots, k, line_bytes)``."""
+    slots from ``SUMS`` lines ``(n_slots, k, line_bytes)`` (into ``out`` if given, for
+    ``GATED``)."""
     _check_tensor(planes, name="planes", dtype=torch.uint8, ndim=3)
     readout = _check_readout(readout, Route.GTERNARY)
     n_slots, per_slot, nbytes = planes.shape
@@ -671,15 +798,34 @@ def gternary_readout_planes(planes, *, readout, gate):
     gate = check_int("gate", gate, low=0, high=GATE_MAX)
     if readout is Readout.SUMS:
         return planes.reshape(-1, nbytes).clone()
+    ws = _workspace(workspace)
+    device = planes.device
+    shape = (n_slots, nbytes // 8)
     digits = _words(planes).transpose(0, 1)  # (k, n_slots, words)
-    bits = [plane for line in digits for plane in (line, _shr(line, 1))]
+    odd = ws.take("odd_bits", (per_slot,) + shape, _I64, device)
+    torch.bitwise_right_shift(digits, 1, out=odd)  # bit 2d + 1 of each sum at the even bits
+    bits = [plane for d in range(per_slot) for plane in (digits[d], odd[d])]
     sign, low = bits[-1], bits[:-1]
     threshold = max(gate, 1)
-    positive = ~sign & _greater(low, threshold - 1)
+    if out is None:
+        out = torch.empty((n_slots, nbytes), dtype=torch.uint8, device=device)
+    code = _words(out)
+    positive = _greater(low, threshold - 1, out=code)
+    positive &= ~sign
     top = (1 << len(low)) - threshold
-    negative = sign & ~_greater(low, top) if top >= 0 else torch.zeros_like(sign)
-    code = ((positive | negative) & _EVEN) | ((negative & _EVEN) << 1)
-    return code.contiguous().view(torch.uint8).reshape(n_slots, nbytes)
+    negative = ws.take("negative", shape, _I64, device)
+    if top >= 0:
+        _greater(low, top, out=negative)
+        negative.bitwise_not_()
+        negative &= sign
+    else:
+        negative.zero_()
+    positive |= negative
+    positive &= _EVEN
+    negative &= _EVEN
+    negative <<= 1
+    positive |= negative  # the code: non-zero at the even bit, negative at the odd bit
+    return out
 
 
 def _two_bit_lanes(data):
@@ -757,7 +903,7 @@ def _table(kind, device):
     return _TABLES[key]
 
 
-def scaled_values_into(data, *, route, pieces, zeros=None):
+def scaled_values_into(data, *, route, pieces, zeros=None, workspace=None):
     """Decode packed lanes straight into their destinations, each times its scale.
 
     ``data`` is ``uint8``: for G-Binary one bit a lane (1: the value is -1, else +1), for
@@ -781,7 +927,8 @@ def scaled_values_into(data, *, route, pieces, zeros=None):
         first, last = -(-start // per_byte), stop // per_byte  # whole bytes inside
         if first < last:
             body = dest[first * per_byte - start:last * per_byte - start].view(-1, per_byte)
-            torch.index_select(scaled, 0, data[first:last].to(torch.int32), out=body)
+            index = _workspace(workspace).take("index", last - first, torch.int32, data.device)
+            torch.index_select(scaled, 0, index.copy_(data[first:last]), out=body)
         # The lanes in partial bytes: before the first whole byte, and after the last one
         # (one byte that holds the whole piece when there is no whole byte).
         edges = ([(start, stop)] if first > last else
