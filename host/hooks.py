@@ -341,6 +341,7 @@ class FabricHook:
         self._regions = {}
         self._scratch = {}
         self._workspace = _lanes.Workspace()
+        self._bucket_device = torch.device("cpu")
         self.set_routes(routes)
         self.traffic = TrafficMeter(line_bits=self.line_bits)
         self.step = 0
@@ -420,10 +421,9 @@ class FabricHook:
 
     @property
     def _control_device(self):
-        """Where this process group's collectives take tensors: NCCL's on the GPU."""
-        backend = dist.get_backend()
-        return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else \
-            torch.device("cpu")
+        """Where the control scalars go through the collectives: the device of the buckets
+        (NCCL takes CUDA tensors only), the CPU before the first bucket."""
+        return self._bucket_device
 
     def _sums(self, x, sumsq=None, l1=None):
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
@@ -450,6 +450,7 @@ class FabricHook:
             raise ValueError(f"lanes='golden' computes on the host and takes CPU buckets, not a "
                              f"bucket on {buffer.device}; use lanes='torch'")
         flat = buffer.detach().view(-1)
+        self._bucket_device = flat.device
         routes = [self.routes[name] for name, _, _ in segments]
 
         local = torch.zeros((len(segments), CONTROL_VALUES_PER_PARAMETER), dtype=torch.float64,
@@ -674,7 +675,7 @@ class FabricHook:
                 sums = _agreement_sums(route, planes, world,
                                        [max(bounds[k][0], e0) - c0 * per_line for k in inside],
                                        [min(bounds[k][1], e1) - c0 * per_line for k in inside],
-                                       self._workspace)
+                                       self._workspace, rows=gathered[:, c0:c1])
                 agreement.index_add_(0, torch.tensor(inside, device=device), sums)
             tick = self._phase(route, "fold", tick)
             readout_lines = (device_lines[c0 * per_slot:c1 * per_slot] if device_lines is not None
@@ -716,7 +717,8 @@ class FabricHook:
             _lanes.gbinary_encode(
                 stream[c0 * per_line:c1 * per_line], line_bits=self.line_bits,
                 dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes],
-                out=lines[c0:c1], workspace=self._workspace)
+                out=lines[c0:c1], workspace=self._workspace,
+                nan_check=False)  # the statistics found every slice finite
 
     def _encode_gternary(self, stream, tau, shared, options, bucket_index, lines, chunks):
         key = self._draws_key(bucket_index)
@@ -832,13 +834,29 @@ class FabricHook:
             self._residual[name] = residual
 
 
-def _agreement_sums(route, planes, world, starts, stops, workspace):
+def _agreement_sums(route, planes, world, starts, stops, workspace, rows=None):
     """Per lane range, ``sum |2n - N|`` (G-Binary: ``planes`` the counters' bit-planes) or
     ``sum |S|`` (G-Ternary: the sums' ``SUMS`` lines) over its lanes, exact integers from
-    population counts of the planes: no per-lane values are formed."""
+    population counts of the planes: no per-lane values are formed. G-Binary with ``rows``,
+    every worker's lines of the same lanes, counts fewer words where workers are few."""
     words = _lanes._words(planes)  # (lines, planes or digit lines, words)
     n_lines, per_slot, per_line = words.shape
     device = planes.device
+    if route == GBINARY and rows is not None and world <= 2 * min(
+            per_slot, world.bit_length()) + 1:
+        # A lane's max(n, N - n) is the number of workers that voted as the majority reads
+        # (a tie reads positive: N - n = N / 2 of them), so sum |2n - N| = 2 sum max - N L
+        # = N L - 2 sum_w popcount(row_w xor negative).
+        used = min(per_slot, world.bit_length())
+        counts = [words[:, k] for k in range(used)]
+        negative = _lanes._greater(counts, world // 2, out=workspace.take(
+            "negative", (n_lines, per_line), torch.int64, device))
+        streams = workspace.take("streams", (world, n_lines, per_line), torch.int64, device)
+        torch.bitwise_xor(_lanes._words(rows), negative, out=streams)
+        sums = _lanes.range_sums(streams.view(world, -1), [-2] * world, starts, stops,
+                                 workspace=workspace, in_place=True)
+        return sums + world * (torch.tensor(stops, device=device)
+                               - torch.tensor(starts, device=device))
     if route == GBINARY:
         used = min(per_slot, world.bit_length())
         counts = [words[:, k] for k in range(used)]

@@ -23,7 +23,7 @@ from neuron_fabric.golden.formats import MAX_WORKERS_LIMIT, Readout  # noqa: E40
 from neuron_fabric.host import hooks, lanes  # noqa: E402
 from neuron_fabric.host.runtime import GBINARY, GTERNARY  # noqa: E402
 
-PROPERTY = settings(max_examples=40, deadline=None)
+PROPERTY = settings(max_examples=30, deadline=None)
 LINE_BITS = (128, 256, 512, 1024)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                           reason="no CUDA device here (torch.cuda.is_available() is False); "
@@ -303,6 +303,26 @@ def test_scaled_values_are_numpy_products(data, route, count):
     lanes.scaled_values_into(torch.from_numpy(raw), route=route, pieces=[(start, out, scale)])
     expected = values[start:start + size] * np.float32(scale)
     np.testing.assert_array_equal(out.numpy().view(np.uint32), expected.view(np.uint32))
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 8, 9, 16])
+def test_agreement_sums_are_the_per_lane_sums(workers):
+    rng = np.random.default_rng(workers)
+    lines = rng.integers(0, 256, (workers, 6, 64), dtype=np.uint8)
+    starts, stops = [0, 100, 777, 1500, 3000], [100, 777, 1500, 3000, 3072]
+    workspace = lanes.Workspace()
+    counts = gbinary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    expected = [int(np.abs(2 * counts[a:b] - workers).sum()) for a, b in zip(starts, stops)]
+    planes = lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    for rows in (None, torch.from_numpy(lines)):  # from the planes, or the workers' votes
+        got = hooks._agreement_sums(GBINARY, planes, workers, starts, stops, workspace,
+                                    rows=rows)
+        assert got.tolist() == expected
+    sums = gternary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    starts, stops = [0, 50, 700, 1535], [50, 700, 1535, 1536]
+    planes = lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    got = hooks._agreement_sums(GTERNARY, planes, workers, starts, stops, workspace)
+    assert got.tolist() == [int(np.abs(sums[a:b]).sum()) for a, b in zip(starts, stops)]
 
 
 def test_counter_draws_match_their_numpy_reference():
