@@ -23,7 +23,8 @@ compare and pack, after the pass that finds ``max|g|``.
 The same run times the PyTorch twin of the lanes (:mod:`neuron_fabric.host.lanes`, what the
 DDP hooks run on a bucket's device) beside the golden model on the same data and core:
 encode, fold into bit-planes, readout from the planes and decode, with one torch thread
-(``--no-twin`` skips it; on a machine with CUDA, ``--cuda`` adds the same rows on the GPU).
+and one workspace for its temporaries, as the hooks keep one (``--no-twin`` skips it; on a
+machine with CUDA, ``--cuda`` adds the same rows on the GPU).
 """
 
 import argparse
@@ -166,6 +167,9 @@ def _twin(grad, binary, ternary, repeats, device, progress):
             sync()
             return _median_seconds(lambda: (fn(), sync()), repeats)
 
+        # One workspace for every call, as the hooks keep one: after the first call of each
+        # row (untimed) no temporary is fresh memory.
+        ws = lanes.Workspace()
         g = torch.from_numpy(grad).to(device)
         b = torch.from_numpy(binary).to(device)
         tl = torch.from_numpy(ternary).to(device)
@@ -175,16 +179,19 @@ def _twin(grad, binary, ternary, repeats, device, progress):
         gated = lanes.gternary_readout_planes(sums, readout=Readout.GATED, gate=2)
         progress(f"  twin on {device}: timing")
         return {
-            "gbinary_encode": timed(lambda: lanes.gbinary_encode(g)),
-            "gternary_encode": timed(lambda: lanes.gternary_encode(g, ratio=0.5)),
+            "gbinary_encode": timed(lambda: lanes.gbinary_encode(g, workspace=ws)),
+            "gternary_encode": timed(lambda: lanes.gternary_encode_lines(
+                g, tau=lanes.gternary_threshold(g, ratio=0.5)[0], workspace=ws)),
             "gbinary_aggregate_planes": timed(
-                lambda: lanes.gbinary_aggregate_planes(b, max_workers=MAX_WORKERS)),
+                lambda: lanes.gbinary_aggregate_planes(b, max_workers=MAX_WORKERS,
+                                                       workspace=ws)),
             "gternary_aggregate_planes": timed(
-                lambda: lanes.gternary_aggregate_planes(tl, max_workers=MAX_WORKERS)),
+                lambda: lanes.gternary_aggregate_planes(tl, max_workers=MAX_WORKERS,
+                                                        workspace=ws)),
             "gbinary_readout_planes": timed(lambda: lanes.gbinary_readout_planes(
                 counters, readout=Readout.TERNARY, num_workers=WORKERS)),
             "gternary_readout_planes": timed(lambda: lanes.gternary_readout_planes(
-                sums, readout=Readout.GATED, gate=2)),
+                sums, readout=Readout.GATED, gate=2, workspace=ws)),
             "gbinary_decode": timed(lambda: lanes.gbinary_decode(
                 sign, readout=Readout.SIGN, n_elements=grad.size)),
             "gternary_decode": timed(lambda: lanes.gternary_decode(

@@ -366,8 +366,12 @@ def _worker(rank, workers, init_file, job, messages):
         records = _time_settings(job, tree, buckets, masters)
         everyone = [None] * workers
         dist.all_gather_object(everyone, records)
+        # The resets of the high-water mark reset the kernel's maximum resident set as well:
+        # the process's peak is the highest of its settings' marks and what came after.
+        own = max([resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024]
+                  + [record[2]["peak_bytes"] or 0 for record in records.values()])
         peak = [None] * workers
-        dist.all_gather_object(peak, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+        dist.all_gather_object(peak, own)
         if rank == 0:
             results = {name: _summarize([worker[name] for worker in everyone], steps=job.steps)
                        for name in job.settings}
