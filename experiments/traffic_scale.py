@@ -29,7 +29,8 @@ G-Binary or G-Ternary, from the first step) give the configuration the traffic f
 first paper (3.6 to 5.4% of FP32 with the head on FP32) was quoted for.
 
 The same command then times the hooks on the same models and buckets with real workers
-(:mod:`neuron_fabric.experiments.hook_cost`, a minute or two; ``--no-hook-cost`` skips it).
+(:mod:`neuron_fabric.experiments.hook_cost`, minutes: our hooks and PyTorch's on the same
+buckets; ``--no-hook-cost`` skips it).
 
 Command line::
 
@@ -402,7 +403,7 @@ def main(argv=None):
           f"{', '.join(str(p) for p in paths)}", flush=True)
     if not args.no_hook_cost:
         print(f"traffic-scale: hook cost, {args.workers} workers, {len(hook_cost.SETTINGS)} "
-              f"settings, 1 warm-up and {args.hook_steps} timed steps each (a minute or two; "
+              f"settings, 1 warm-up and {args.hook_steps} timed steps each (minutes; "
               f"--no-hook-cost skips it)", flush=True)
         try:
             costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
