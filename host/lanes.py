@@ -26,9 +26,11 @@ given the golden model's bits it gives the golden model's codes. Where the draws
 made on the device, :func:`counter_words` and :func:`uniform_draws` define them from a seed
 with a counter-based hash that NumPy computes too (:func:`counter_words_numpy`).
 
-Besides the golden model's functions, two the hooks need: :func:`scaled_values_into`, the
-decode of a readout straight into a bucket with each parameter's scale, and
-:func:`range_sums`, per-range sums over bit-planes behind the hooks' agreement statistic.
+Besides the golden model's functions, what the hooks need: :func:`scaled_values_into`, the
+decode of a readout straight into a bucket with each parameter's scale; :func:`range_sums`,
+per-range population counts behind the hooks' agreement statistic; and :class:`Workspace`,
+scratch kept from call to call, which the functions on the hooks' path take (with ``out=``
+for their results) so that a step allocates nothing large.
 """
 
 import math
@@ -43,7 +45,8 @@ from ..golden.formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, R
                               count_limit, readout_lines_per_slot, sum_limit)
 from ..golden.validate import check_int
 
-__all__ = ["GRAD_TYPES", "gbinary_encode", "gbinary_aggregate_planes", "gbinary_readout_planes",
+__all__ = ["GRAD_TYPES", "Workspace", "gbinary_encode", "gbinary_aggregate_planes",
+           "gbinary_readout_planes",
            "gbinary_parse_readout", "gbinary_decode",
            "gternary_threshold", "gternary_encode_lines", "gternary_encode",
            "gternary_aggregate_planes", "gternary_readout_planes",
@@ -324,7 +327,8 @@ def counter_words(key, n_words, *, first=0, device="cpu"):
     any word by itself (``first``: the index of the first word drawn), and
     :func:`counter_words_numpy` gives the same bits."""
     base = _key(*key)
-    z = torch.arange(first + 1, first + n_words + 1, dtype=_I64, device=device) * _signed(_GAMMA) + _signed(base)
+    z = torch.arange(first + 1, first + n_words + 1, dtype=_I64, device=device)
+    z = z * _signed(_GAMMA) + _signed(base)
     z = (z ^ _shr(z, 30)) * _signed(_MIX[0])
     z = (z ^ _shr(z, 27)) * _signed(_MIX[1])
     return z ^ _shr(z, 31)
