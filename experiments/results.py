@@ -14,8 +14,11 @@ Reads the JSON reports the ``make`` targets write under ``--build``:
 - ``combiner/report.json`` (``make combiner-eval``): the write-combining accumulator's byte
   reduction;
 - ``bench/golden.json`` (``make bench-golden``): golden-model throughput;
+- ``bench/golden.json`` also: the PyTorch twin of the lanes against the golden model;
 - ``traffic/report.json`` (``make traffic-scale``): the layer-aware profile's device traffic
-  on the paper-scale parameter trees.
+  on the paper-scale parameter trees;
+- ``traffic/hook_cost.json`` (``make traffic-scale``): the DDP hooks' step against the FP32
+  all-reduce's.
 
 With ``--readme``, the table replaces what lies between the two markers :data:`BEGIN` and
 :data:`END` in that file, and nothing else; without it, the table is printed. A row whose
@@ -62,6 +65,7 @@ SOURCES = {
     "combiner": Source("combiner-eval", "combiner/report.json", "combiner/report.md"),
     "bench": Source("bench-golden", "bench/golden.json", "bench/golden.md"),
     "traffic": Source("traffic-scale", "traffic/report.json", "traffic/report.md"),
+    "hook-cost": Source("traffic-scale", "traffic/hook_cost.json", "traffic/hook_cost.md"),
 }
 
 
@@ -244,6 +248,37 @@ def bench(results):
             f"{lanes['gternary_aggregate_planes'] / 1e9:.2f} G lanes/s")
 
 
+def twin(results):
+    """The PyTorch twin of the lanes against the golden model, same data and core."""
+    golden = _get(results, "golden_rows_s")
+    twin_s = _get(results, "twin", "cpu")
+    ratio = {key: golden[key] / twin_s[key] for key in twin_s if key in golden}
+
+    def pair(name):
+        return f"{ratio[f'gbinary_{name}']:.2f}x / {ratio[f'gternary_{name}']:.2f}x"
+
+    return (f"speed over the golden model's, G-Binary / G-Ternary: encode {pair('encode')}, "
+            f"fold into bit-planes {pair('aggregate_planes')}, readout "
+            f"{pair('readout_planes')}, decode {pair('decode')}")
+
+
+def hook_cost(report):
+    """Our hooks' step on the target model against the FP32 all-reduce's and bf16's."""
+    target = _get(report, "target")
+    settings = _get(report, "models", target["model"], "settings")
+    labels = (("gbinary", "G-Binary"), ("gternary", "G-Ternary"),
+              ("layer_gbinary", "layer-aware G-Binary"))
+    parts = [f"{label} {_get(settings, key, 'ratio_to_fp32'):.2f}x" for key, label in labels
+             if key in settings]
+    if not parts:
+        raise Missing("no low-bit setting")
+    bf16 = settings.get("bf16", {}).get("ratio_to_fp32")
+    return (f"{target['model']}, {report.get('workers', '?')} gloo workers, step over the FP32 "
+            f"all-reduce's: " + ", ".join(parts)
+            + (f" (bf16_compress_hook {bf16:.2f}x)" if bf16 is not None else "")
+            + f"; target at most {target['ratio']:g}x")
+
+
 #: The table: (result, source key, value function), in README order.
 ROWS = (
     ("512-bit top: Fmax", "fpga", fmax),
@@ -261,7 +296,9 @@ ROWS = (
     ("Training with the RTL in the loop", "train-rtl", train_rtl),
     ("Write combiner: bytes written, reduction", "combiner", combiner),
     ("Golden model, one core", "bench", bench),
+    ("PyTorch twin of the lanes, one core", "bench", twin),
     ("Traffic at paper scale", "traffic", traffic),
+    ("DDP hooks' step time", "hook-cost", hook_cost),
 )
 
 

@@ -29,13 +29,14 @@ G-Binary or G-Ternary, from the first step) give the configuration the traffic f
 first paper (3.6 to 5.4% of FP32 with the head on FP32) was quoted for.
 
 The same command then times the hooks on the same models and buckets with real workers
-(:mod:`neuron_fabric.experiments.hook_cost`, a minute or two; ``--no-hook-cost`` skips it).
+(:mod:`neuron_fabric.experiments.hook_cost`, minutes: our hooks and PyTorch's on the same
+buckets; ``--no-hook-cost`` skips it).
 
 Command line::
 
     python -m neuron_fabric.experiments.traffic_scale --out build/traffic [--steps 1000]
         [--workers 4] [--bucket-cap-mb MB] [--models NAME ...] [--hook-steps 3]
-        [--no-hook-cost]
+        [--lanes torch|golden] [--no-hook-cost]
 
 Writes ``OUT/report.json``, ``OUT/report.md`` and ``OUT/traffic.png``, and the hook cost to
 ``OUT/hook_cost.json`` and ``OUT/hook_cost.md``.
@@ -374,6 +375,9 @@ def _parser():
     parser.add_argument("--hook-steps", type=int, default=3,
                         help="timed steps per setting of the hook cost, after one warm-up "
                              "(default 3)")
+    parser.add_argument("--lanes", choices=_hooks.LANES, default="torch",
+                        help="lanes of our hooks in the hook cost: the torch twin (default) or "
+                             "the golden model")
     parser.add_argument("--no-hook-cost", action="store_true",
                         help="count the traffic only; do not time the hooks with real workers")
     return parser
@@ -399,10 +403,11 @@ def main(argv=None):
           f"{', '.join(str(p) for p in paths)}", flush=True)
     if not args.no_hook_cost:
         print(f"traffic-scale: hook cost, {args.workers} workers, {len(hook_cost.SETTINGS)} "
-              f"settings, 1 warm-up and {args.hook_steps} timed steps each (a minute or two; "
+              f"settings, 1 warm-up and {args.hook_steps} timed steps each (minutes; "
               f"--no-hook-cost skips it)", flush=True)
         try:
             costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
+                                  lanes=args.lanes,
                                   bucket_cap_mb=args.bucket_cap_mb,
                                   log=lambda line: print(line, flush=True))
         except (TypeError, ValueError) as error:

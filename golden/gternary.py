@@ -43,7 +43,7 @@ INVALID_CODE = 0b10
 INVALID_VALUE = INVALID_CODE - (1 << LANE_BITS)
 
 
-def ternarize(grad, *, ratio, rng=None, scale=None):
+def ternarize(grad, *, ratio, rng=None, scale=None, draws=None):
     """The worker-side ternary value of each element: ``int8`` -1, 0 or +1, flattened.
 
     Deterministic (``rng=None``): ``t = sign(g)`` where ``|g| >= tau`` and 0 elsewhere, with
@@ -55,12 +55,15 @@ def ternarize(grad, *, ratio, rng=None, scale=None):
     ``min(1, |g| / s)``, where ``s`` is ``scale`` (shared by all workers, as TernGrad shares
     the maximum) or ``max|g|`` when ``scale`` is None. ``ratio = 0`` makes it unbiased:
     ``E[s * t] = g`` for ``|g| <= s``. Exactly ``grad.size`` float32 uniform draws are taken
-    from ``rng`` in element order, so a seed reproduces the codes.
+    from ``rng`` in element order, so a seed reproduces the codes. ``draws`` may give those
+    draws instead of ``rng``: a ``float32`` array of ``grad.size`` values in ``[0, 1)``, as
+    ``rng.random(grad.size, dtype=numpy.float32)`` returns them (for draws made elsewhere,
+    such as the DDP hooks' counter-based ones).
 
     ``+-0.0`` encode as 0, ``+-inf`` keep their sign (and make ``tau`` infinite, so only
     infinite elements survive the threshold). NaN raises ``ValueError``.
     """
-    flat, tau, draws = _prepare(grad, ratio, rng, scale)
+    flat, tau, draws = _prepare(grad, ratio, rng, scale, draws)
     values = np.empty(flat.size, dtype=np.int8)
     for start in range(0, flat.size, _CHUNK):
         stop = min(start + _CHUNK, flat.size)
@@ -73,8 +76,9 @@ def ternarize(grad, *, ratio, rng=None, scale=None):
 _CHUNK = 1 << 19
 
 
-def _prepare(grad, ratio, rng, scale):
-    """Validate the arguments; return the flat gradient, ``tau`` and the scaled draws."""
+def _prepare(grad, ratio, rng, scale, given=None):
+    """Validate the arguments; return the flat gradient, ``tau`` and the scaled draws
+    (``given``: the draws themselves, in place of ``rng``)."""
     flat = check_grad(grad, nan_check=False)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float, np.floating, np.integer)):
         raise TypeError(f"ratio must be a real number, not {ratio!r}")
@@ -82,6 +86,16 @@ def _prepare(grad, ratio, rng, scale):
         raise ValueError(f"ratio must be between 0 and 1, not {ratio!r}")
     if rng is not None:
         check_generator(rng)
+        if given is not None:
+            raise TypeError("rng and draws must not both be given: draws are what rng would draw")
+    if given is not None:
+        if (not isinstance(given, np.ndarray) or given.dtype != np.float32
+                or given.shape != (flat.size,)):
+            raise TypeError(f"draws must be a 1-D float32 numpy.ndarray of {flat.size} values, "
+                            f"not {given!r:.60}")
+        if given.size and not (given.min() >= 0 and given.max() < 1):
+            raise ValueError("draws must lie in [0, 1), as uniform draws do")
+    stochastic = rng is not None or given is not None
     if flat.size == 0:
         return flat, 0.0, None
     high, low = _max_min(flat)
@@ -89,7 +103,7 @@ def _prepare(grad, ratio, rng, scale):
         check_grad(flat)  # raises, naming the first NaN
     peak = max(high, -low)
     draws = None
-    if rng is not None:
+    if stochastic:
         if scale is None:
             if not np.isfinite(peak):
                 raise ValueError("grad must be finite in stochastic mode without a scale: the "
@@ -100,7 +114,7 @@ def _prepare(grad, ratio, rng, scale):
         elif not np.isfinite(scale) or scale < 0:
             raise ValueError(f"scale must be a finite number >= 0, not {scale!r}")
         # An element is kept when u * s < |g|, u uniform in [0, 1): probability min(1, |g| / s).
-        draws = rng.random(flat.size, dtype=np.float32)
+        draws = rng.random(flat.size, dtype=np.float32) if given is None else given.copy()
         draws *= np.float32(scale)
     return flat, _exact_threshold(ratio * peak, flat.dtype), draws
 
@@ -158,7 +172,7 @@ def _kernels():
 _COMPILED_TYPES = (np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64))
 
 
-def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
+def encode(grad, *, ratio, line_bits=512, rng=None, scale=None, draws=None):
     """Ternarize a gradient (see :func:`ternarize`) and pack it into G-Ternary lines.
 
     Element ``j`` goes to lane ``j mod L`` of line ``j div L`` with ``L = line_bits // 2``;
@@ -171,7 +185,7 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None):
     NumPy, with the same rules.
     """
     nbytes = _lines.line_bytes(line_bits)
-    flat, tau, draws = _prepare(grad, ratio, rng, scale)
+    flat, tau, draws = _prepare(grad, ratio, rng, scale, draws)
     n_lines = -(-flat.size // (line_bits // 2))
     out = np.empty(n_lines * nbytes, dtype=np.uint8)
     if flat.dtype not in _COMPILED_TYPES:

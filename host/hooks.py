@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 
 from ..golden import gbinary, gternary
+from . import lanes as _lanes
 from . import roles as _roles
 from ..golden.formats import Readout, readout_lines_per_slot, route_spec
 from ..golden.lines import line_bytes
@@ -52,7 +53,7 @@ from .runtime import (FP32, GBINARY, GTERNARY, LOW_BIT_ROUTES, ROUTES, DeviceCap
                       GBinaryOptions, GTernaryOptions, RegionStats, check_capacity)
 
 __all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments",
-           "CONTROL_VALUES_PER_PARAMETER", "PHASES"]
+           "CONTROL_VALUES_PER_PARAMETER", "PHASES", "LANES"]
 
 CONTROL = "control"
 #: The float64 statistics every parameter of a bucket all-reduces each step: its non-finite
@@ -211,6 +212,18 @@ def bucket_segments(bucket, names):
     return segments
 
 
+#: How :class:`FabricHook` computes the low-bit lanes: ``"torch"``, the PyTorch twin of the
+#: golden model (:mod:`~neuron_fabric.host.lanes`) on the bucket's own device, or
+#: ``"golden"``, the golden model itself (NumPy, CPU buckets only). Bit for bit the same.
+LANES = ("torch", "golden")
+# Lanes of a chunk of the torch lanes (about a million): each chunk's temporaries, its
+# bit-planes and the index of its decode stay a few MiB, whatever the bucket.
+_CHUNK_LANES = 1 << 20
+# Float64 elements of the statistics' scratch (2 MiB): each chunk of a slice is widened into
+# it once, then squared and summed there.
+_STAT_CHUNK = 1 << 18
+
+
 class _RegionAccumulator:
     def __init__(self):
         self.nonfinite = False
@@ -239,19 +252,24 @@ class FabricHook:
         Options of the low-bit routes.
     caps : DeviceCaps or None
         The device (default: :class:`~neuron_fabric.golden.params.FabricParams` defaults); its
-        counter width and worker range are used by the golden accumulators, and low-bit routes
+        counter width and worker range are used by the accumulators, and low-bit routes
         it cannot serve are refused at construction and in :meth:`set_routes`.
     seed : int
         Seed of the tie-breaking dither and the stochastic ternarization.
     device : object or None
-        Where the low-bit windows are folded and read out. None: the golden accumulators, on
-        every worker. Otherwise an object with ``aggregate(route, lines, *, readout, gate=None)``
-        that takes every worker's lines, stacked ``(world, n_lines, line_bytes)``, and returns
-        the readout lines the device answers with (the same on every worker), and
+        Where the low-bit windows are read out. None: the accumulators of ``lanes``, on every
+        worker. Otherwise an object with ``aggregate(route, lines, *, readout, gate=None)``
+        that takes every worker's lines, a NumPy array ``(world, n_lines, line_bytes)``, and
+        returns the readout lines the device answers with (the same on every worker), and
         ``passthrough(values)`` that returns a float32 array as it reads back after a round
         trip through the device's FP32 path; :class:`neuron_fabric.sim.device.RtlDevice` runs
-        the emitted Verilog. The per-lane counts behind the health statistics are always
-        folded on the host.
+        the emitted Verilog on the host. The per-lane counts behind the health statistics are
+        always folded by ``lanes``.
+    lanes : str
+        One of :data:`LANES`: ``"torch"`` (default) computes the lanes with the PyTorch twin
+        of the golden model on the bucket's device, CPU or CUDA, with no round trip through
+        the host; ``"golden"`` with the golden model in NumPy (CPU buckets only). Both give
+        the same parameters bit for bit.
 
     Members
     -------
@@ -264,24 +282,34 @@ class FabricHook:
         ``statistics``: the per-parameter sums and the control all-reduce of every bucket and
         the loss all-reduce of :meth:`end_step`. A low-bit route holds ``encode`` (its stream
         and lines, the dither included), ``exchange`` (the all-gather, waiting for the slowest
-        worker included), ``fold`` (the golden accumulator and the agreement it gives),
-        ``readout`` (the readout lines and their decoding; ``device`` instead of the golden
-        readout when a device is set), ``write_back`` (scaling, error-feedback residuals and
-        the writes into the bucket), and G-Ternary's shared maximum under ``statistics``.
-        ``"fp32"`` holds ``all_reduce`` (``device`` for the round trip through a device) and,
-        for a bucket only partly on FP32, ``write_back``. Timing costs a few calls of
-        ``time.perf_counter`` per route and bucket.
+        worker included), ``fold`` (the accumulator's bit-planes and the agreement they give),
+        ``readout`` (the readout lines and their decoding into the bucket, scaled; ``device``
+        instead of the readout when a device is set), ``write_back`` (the error-feedback
+        residuals), and G-Ternary's shared maximum under ``statistics``. ``"fp32"`` holds
+        ``all_reduce`` (``device`` for the round trip through a device) and, for a bucket only
+        partly on FP32, ``write_back``. Timing costs a few calls of ``time.perf_counter`` per
+        route and chunk; on a CUDA bucket the phases are the host's view (kernels run
+        asynchronously).
 
     Per step: run forward and backward (DDP calls the hook per bucket), then call
     :meth:`end_step` with the local loss; it returns the global loss and the
     :class:`~neuron_fabric.host.runtime.RegionStats` of every region.
+
+    Random draws (the G-Binary dither and the stochastic G-Ternary keep) come from
+    :func:`~neuron_fabric.host.lanes.counter_words`, a counter-based hash of the seed, the
+    step, the bucket and the route (and the worker's rank for the G-Ternary draws), made on
+    the bucket's device; both ``lanes`` take the same draws.
+
+    Scratch: the lines, every worker's lines, the stream of a route's slices and the FP32
+    slices are kept per bucket and route and reused from step to step; the torch lanes work
+    a chunk of lanes at a time, so no temporary grows with the bucket.
 
     Raises ``TypeError``/``ValueError`` for bad options and
     :class:`~neuron_fabric.host.runtime.CapacityError` for routes the device cannot serve.
     """
 
     def __init__(self, model, *, routes, regions=None, gbinary=None, gternary=None, caps=None,
-                 seed=0, device=None):
+                 seed=0, device=None, lanes="torch"):
         self.device = device
         self.gbinary = GBinaryOptions() if gbinary is None else gbinary
         self.gternary = GTernaryOptions() if gternary is None else gternary
@@ -294,6 +322,9 @@ class FabricHook:
             raise TypeError(f"caps must be a DeviceCaps, not {caps!r}")
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be an integer >= 0, not {seed!r}")
+        if lanes not in LANES:
+            raise ValueError(f"lanes must be one of {', '.join(map(repr, LANES))}, not {lanes!r}")
+        self.lanes = lanes
         self.seed = seed
         self.line_bits = self.caps.line_bits
         self.world_size = dist.get_world_size()
@@ -308,6 +339,9 @@ class FabricHook:
         self.routes = {}
         self._residual = {}
         self._regions = {}
+        self._scratch = {}
+        self._workspace = _lanes.Workspace()
+        self._bucket_device = torch.device("cpu")
         self.set_routes(routes)
         self.traffic = TrafficMeter(line_bits=self.line_bits)
         self.step = 0
@@ -357,13 +391,21 @@ class FabricHook:
     def _hook(state, bucket):
         return state.run(bucket)
 
+    def _buffer(self, key, name, shape, dtype, device):
+        """Scratch ``name`` of ``key`` (a bucket and route): kept while its shape holds."""
+        slot = self._scratch.setdefault(key, {})
+        held = slot.get(name)
+        if held is None or held.shape != shape or held.dtype != dtype or held.device != device:
+            held = slot[name] = torch.empty(shape, dtype=dtype, device=device)
+        return held
+
     # -------------------------------------------------------------------- per step
 
     def end_step(self, loss):
         """Close a step: all-reduce the local ``loss`` (a float or 0-d tensor) to the global
         mean and return ``(loss, {region: RegionStats})`` for the buckets of this step."""
         started = time.perf_counter()
-        value = torch.tensor([float(loss)], dtype=torch.float64)
+        value = torch.tensor([float(loss)], dtype=torch.float64, device=self._control_device)
         dist.all_reduce(value)
         self.traffic.count_control(8)
         self._phase(CONTROL, "statistics", started)
@@ -377,65 +419,132 @@ class FabricHook:
         self.step += 1
         return float(value[0]) / self.world_size, stats
 
+    @property
+    def _control_device(self):
+        """Where the control scalars go through the collectives: the device of the buckets
+        (NCCL takes CUDA tensors only), the CPU before the first bucket."""
+        return self._bucket_device
+
+    def _sums(self, x, sumsq=None, l1=None):
+        """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
+        float64 views, either may be None), accumulated in float64: a float32 square
+        overflows for ``|x|`` above about 1.8e19. A chunk at a time through one scratch."""
+        scratch = self._buffer(("statistics",), "float64", (_STAT_CHUNK,), torch.float64,
+                               x.device)
+        for start in range(0, x.numel(), _STAT_CHUNK):
+            piece = x[start:start + _STAT_CHUNK]
+            wide = scratch[:piece.numel()]
+            wide.copy_(piece)
+            if sumsq is not None:
+                sumsq += torch.dot(wide, wide)
+            if l1 is not None:
+                l1 += wide.abs_().sum()
+
     def run(self, bucket):
         """Aggregate one bucket in place; returns a completed future of its buffer."""
         started = time.perf_counter()
         buffer = bucket.buffer()
         segments = bucket_segments(bucket, self._names)
         self.traffic.count_baseline(buffer.numel())
-        flat = buffer.detach().numpy()
+        if self.lanes == "golden" and buffer.device.type != "cpu":
+            raise ValueError(f"lanes='golden' computes on the host and takes CPU buckets, not a "
+                             f"bucket on {buffer.device}; use lanes='torch'")
+        flat = buffer.detach().view(-1)
+        self._bucket_device = flat.device
         routes = [self.routes[name] for name, _, _ in segments]
 
-        local = np.zeros((len(segments), CONTROL_VALUES_PER_PARAMETER), dtype=np.float64)
-        compressed = {}
+        local = torch.zeros((len(segments), CONTROL_VALUES_PER_PARAMETER), dtype=torch.float64,
+                            device=flat.device)
+        # One pass: every slice's sum of squares, and sum |g|, which is sum |p| where no
+        # residual is added.
         for index, (name, offset, numel) in enumerate(segments):
+            low = routes[index] != FP32 and name not in self._residual
+            self._sums(flat[offset:offset + numel], sumsq=local[index, 2],
+                       l1=local[index, 1] if low else None)
+        sumsq = local[:, 2].tolist()
+        safe = {}
+        for index, (name, offset, numel) in enumerate(segments):
+            if np.isfinite(sumsq[index]):  # a finite float64 sum: no NaN or Inf behind it
+                continue
             grad = flat[offset:offset + numel]
-            sumsq = np.dot(grad, grad)
-            # A finite sum of squares has no NaN or Inf behind it; count only otherwise.
-            bad = 0
-            if not np.isfinite(sumsq):
-                finite = np.isfinite(grad)
-                bad = numel - int(np.count_nonzero(finite))
-            local[index, 0] = bad
-            safe = grad if not bad else np.where(finite, grad, 0)
-            local[index, 2] = float(sumsq if not bad else np.dot(safe, safe))
-            if routes[index] != FP32:
-                p = safe + self._residual[name] if name in self._residual else safe
-                compressed[index] = p
-                local[index, 1] = float(np.abs(p).sum(dtype=np.float64))
-        own_l1 = local[:, 1].copy()  # the all-reduce below sums the column in place
-        control = torch.from_numpy(local)
-        dist.all_reduce(control)
-        self.traffic.count_control(control.numel() * 8)
-        totals = control.numpy()
+            finite = torch.isfinite(grad)
+            local[index, 0] = numel - int(finite.sum())
+            safe[index] = torch.where(finite, grad, torch.zeros((), dtype=grad.dtype,
+                                                                device=grad.device))
+            local[index, 2] = 0.0
+            local[index, 1] = 0.0
+            low = routes[index] != FP32 and name not in self._residual
+            self._sums(safe[index], sumsq=local[index, 2], l1=local[index, 1] if low else None)
+        planned = {route: [i for i, r in enumerate(routes) if r == route]
+                   for route in LOW_BIT_ROUTES}
+        streams = {route: self._stream(flat, segments, indices, safe, local, bucket.index(),
+                                       route)
+                   for route, indices in planned.items() if indices}
+        own_l1 = local[:, 1].tolist()  # the all-reduce below sums the column in place
+        dist.all_reduce(local)
+        self.traffic.count_control(local.numel() * 8)
+        totals = local.tolist()
         self._phase(CONTROL, "statistics", started)
 
         groups = {route: [] for route in ROUTES}
         for index, route in enumerate(routes):
-            if route != FP32 and totals[index, 0] > 0:
+            if route != FP32 and totals[index][0] > 0:
                 route = FP32  # a non-finite gradient somewhere: this step goes exact
                 self._residual.pop(segments[index][0], None)
             groups[route].append(index)
             name = segments[index][0]
             acc = self._regions.setdefault(self.regions[name], _RegionAccumulator())
-            acc.nonfinite |= bool(totals[index, 0] > 0)
-            acc.sumsq += float(totals[index, 2])
+            acc.nonfinite |= bool(totals[index][0] > 0)
+            acc.sumsq += float(totals[index][2])
             if route != FP32:
                 acc.route = route
 
         if groups[FP32]:
-            self._fp32(buffer, segments, groups[FP32])
+            self._fp32(buffer, segments, groups[FP32], bucket.index())
         for route in LOW_BIT_ROUTES:
             if groups[route]:
-                self._low_bit(route, flat, segments, groups[route], compressed, totals,
-                              own_l1, bucket.index())
+                stream = streams[route]
+                if groups[route] != planned[route]:  # some slices left for FP32: the rest
+                    stream = self._stream(flat, segments, groups[route], safe, None, None, route)
+                self._low_bit(route, flat, segments, groups[route], stream, totals, own_l1,
+                              bucket.index())
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
 
+    def _stream(self, flat, segments, indices, safe, local, bucket_index, route):
+        """The values a route compresses, ``p`` = gradient plus residual, slice after slice:
+        the bucket itself where the slices lie back to back and nothing is added, else a
+        scratch stream kept per bucket and route (``bucket_index`` None: a fresh one). Adds
+        sum ``|p|`` of slices with a residual to ``local`` (when given)."""
+        first, last = segments[indices[0]], segments[indices[-1]]
+        contiguous = all(segments[a][1] + segments[a][2] == segments[b][1]
+                         for a, b in zip(indices, indices[1:]))
+        if contiguous and not any(i in safe or segments[i][0] in self._residual
+                                  for i in indices):
+            return flat[first[1]:last[1] + last[2]]
+        count = sum(segments[i][2] for i in indices)
+        stream = (torch.empty(count, dtype=torch.float32, device=flat.device)
+                  if bucket_index is None else
+                  self._buffer((bucket_index, route), "stream", (count,), torch.float32,
+                               flat.device))
+        start = 0
+        for index in indices:
+            name, offset, numel = segments[index]
+            grad = safe.get(index, flat[offset:offset + numel])
+            piece = stream[start:start + numel]
+            if name in self._residual:
+                torch.add(grad, self._residual[name], out=piece)
+                if local is not None:
+                    self._sums(piece, l1=local[index, 1])
+            else:
+                piece.copy_(grad)
+            start += numel
+        return stream
+
     # -------------------------------------------------------------------- routes
 
-    def _fp32(self, buffer, segments, indices):
+    def _fp32(self, buffer, segments, indices, bucket_index):
         world = self.world_size
         started = time.perf_counter()
         if len(indices) == len(segments):  # the whole bucket: exactly the default all-reduce
@@ -445,8 +554,11 @@ class FabricHook:
             self._through_device(buffer)
             self.traffic.count_fp32(buffer.numel())
             return
-        slices = [buffer[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
-        joined = torch.cat(slices)
+        flat = buffer.view(-1)
+        slices = [flat[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
+        joined = self._buffer((bucket_index, FP32), "joined", (sum(s.numel() for s in slices),),
+                              buffer.dtype, buffer.device)
+        torch.cat(slices, out=joined)
         joined.div_(world)
         dist.all_reduce(joined)
         self._phase(FP32, "all_reduce", started)
@@ -460,134 +572,322 @@ class FabricHook:
         self._phase(FP32, "write_back", started)
 
     def _through_device(self, tensor):
-        """The reduced FP32 values as workers read them back through the device's FP32 path."""
+        """The reduced FP32 values as workers read them back through the device's FP32 path
+        (a device on the host: the values go there and back)."""
         if self.device is not None:
             started = time.perf_counter()
-            tensor.copy_(torch.from_numpy(self.device.passthrough(tensor.detach().numpy())))
+            values = self.device.passthrough(tensor.detach().cpu().numpy())
+            tensor.copy_(torch.from_numpy(values).to(tensor.device))
             self._phase(FP32, "device", started)
 
-    def _dither(self, count, bucket_index, route):
-        """A ``float32`` +-1 pattern shared by all workers (same seed, step and bucket)."""
-        rng = np.random.default_rng([self.seed, self.step, bucket_index, ROUTES.index(route)])
-        flip = rng.integers(0, 2, size=count, dtype=np.int8).astype(np.float32)
-        flip *= -2  # 1 - 2 * bit, in place: exact in float32
-        flip += 1
-        return flip
+    def _dither_bits(self, n_bytes, bucket_index, device):
+        """``n_bytes`` of dither bits shared by all workers (same seed, step and bucket): bit
+        ``j % 8`` of byte ``j // 8`` set flips element ``j``'s sign."""
+        key = (self.seed, self.step, bucket_index, ROUTES.index(GBINARY), 0)
+        return _lanes.counter_words(key, -(-n_bytes // 8), device=device).view(
+            torch.uint8)[:n_bytes]
 
-    def _exchange(self, lines):
-        """Every worker's lines, stacked ``(world, n_lines, line_bytes)`` in rank order."""
-        mine = torch.from_numpy(np.ascontiguousarray(lines))
-        gathered = [torch.empty_like(mine) for _ in range(self.world_size)]
-        dist.all_gather(gathered, mine)
-        return torch.stack(gathered).numpy()
+    def _draws_key(self, bucket_index):
+        """Key of this worker's G-Ternary draws (seed, step, bucket, route and rank)."""
+        return (self.seed, self.step, bucket_index, ROUTES.index(GTERNARY), 1 + self.rank)
 
-    def _window(self, route, lines, *, readout, count, tick, **readout_args):
-        """One aggregation window of ``route``: every worker's ``lines`` exchanged, folded on
-        the host (the per-lane values behind the statistics) and read out, by the golden
-        readout (``readout_args`` are its own) or by the device. Returns the per-lane counts
-        or sums, the ``count`` decoded values and the time the last phase ended."""
-        module, caps = route_spec(route).golden, self.caps
-        gathered = self._exchange(lines)
-        tick = self._phase(route, "exchange", tick)
-        acc = module.aggregate(gathered, max_workers=caps.max_workers,
-                               counter_bits=caps.counter_bits)
-        tick = self._phase(route, "fold", tick)
-        if self.device is None:
-            readout_lines = module.readout(acc, readout=readout, counter_bits=caps.counter_bits,
-                                           **readout_args)
-        else:  # the device call stands for the golden readout; it is timed on its own
-            readout_lines = self.device.aggregate(route, gathered, readout=readout,
-                                                  gate=readout_args.get("gate"))
-            tick = self._phase(route, "device", tick)
-        values = module.decode(readout_lines, readout=readout, n_elements=count,
-                               line_bits=self.line_bits,
-                               counter_bits=caps.counter_bits).astype(np.float32)
-        return acc, values, self._phase(route, "readout", tick)
+    def _exchange(self, lines, out=None):
+        """Every worker's lines, ``(world, n_lines, line_bytes)`` in rank order, gathered into
+        ``out`` (a fresh tensor if None) on the lines' device."""
+        if out is None:
+            out = torch.empty((self.world_size,) + tuple(lines.shape), dtype=lines.dtype,
+                              device=lines.device)
+        dist.all_gather(list(out.unbind(0)), lines)
+        return out
 
-    def _low_bit(self, route, flat, segments, indices, compressed, totals, own_l1, bucket_index):
+    def _chunks(self, route, n_lines):
+        """Line ranges the torch lanes work on (the golden lanes: all lines at once)."""
+        per_line = route_spec(route).lanes(self.line_bits)
+        step = n_lines if self.lanes == "golden" else max(1, _CHUNK_LANES // per_line)
+        return [(start, min(start + step, n_lines)) for start in range(0, n_lines, step)]
+
+    def _low_bit(self, route, flat, segments, indices, stream, totals, own_l1, bucket_index):
         tick = time.perf_counter()
-        sizes = [segments[i][2] for i in indices]
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        p = np.concatenate([compressed[i] for i in indices]).astype(np.float32, copy=False)
-        count = p.size
         world, caps = self.world_size, self.caps
-        tick = self._phase(route, "encode", tick)
-        if route == GBINARY:
-            options = self.gbinary
-            flip = self._dither(count, bucket_index, route) if options.dither else None
-            signal = p * flip if flip is not None else p
-            lines = gbinary.encode(signal, line_bits=self.line_bits)
-            tick = self._phase(route, "encode", tick)
-            readout = options.device_readout
-            counts, values, tick = self._window(route, lines, readout=readout, count=count,
-                                                tick=tick, num_workers=world)
-            if flip is not None:
-                values *= flip
-            tick = self._phase(route, "readout", tick)
-            agreement = counts.reshape(-1)[:count].astype(np.float32)  # |2n - world| / world
-            agreement *= 2
-            agreement -= world
-            np.abs(agreement, out=agreement)
-            agreement /= world
-            tick = self._phase(route, "fold", tick)
-            # This worker's own compressed values, for error feedback: sign, with 0 as +1
-            # (1 - 2 * [p < 0], in place: several times faster than np.where with scalars).
-            own = None
-            if options.error_feedback:
-                own = (p < 0).astype(np.float32)
-                own *= -2
-                own += 1
-        else:
-            options = self.gternary
-            rng, shared = None, None
-            if options.stochastic:
-                peak = torch.tensor([float(np.abs(p).max()) if count else 0.0], dtype=torch.float64)
-                dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-                self.traffic.count_control(8)
-                shared = float(peak[0])
-                rng = np.random.default_rng([self.seed, self.rank, self.step, bucket_index])
-                tick = self._phase(route, "statistics", tick)
-            lines = gternary.encode(p, ratio=options.ratio, line_bits=self.line_bits, rng=rng,
-                                    scale=shared)
-            tick = self._phase(route, "encode", tick)
-            own = None
-            if options.error_feedback:  # the same codes again: same seed, same draws
-                rng = None if rng is None else np.random.default_rng(
-                    [self.seed, self.rank, self.step, bucket_index])
-                own = gternary.ternarize(p, ratio=options.ratio, rng=rng, scale=shared)
-                tick = self._phase(route, "write_back", tick)
-            readout = Readout.GATED
-            sums, values, tick = self._window(route, lines, readout=readout, count=count,
-                                              tick=tick, gate=options.gate)
-            agreement = sums.reshape(-1)[:count].astype(np.float32)  # |sum| / world
-            np.abs(agreement, out=agreement)
-            agreement /= world
-            tick = self._phase(route, "fold", tick)
-            own = None if own is None else own.astype(np.float32)
-        self.traffic.count_window(route, count, readout=readout, counter_bits=caps.counter_bits,
-                                  world_size=world)
+        spec = route_spec(route)
+        per_line, nbytes = spec.lanes(self.line_bits), line_bytes(self.line_bits)
+        count = stream.numel()
+        n_lines = -(-count // per_line)
+        sizes = [segments[i][2] for i in indices]
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist()
+        chunks = self._chunks(route, n_lines)
+        key = (bucket_index, route)
+        device = flat.device
+        options = self.gbinary if route == GBINARY else self.gternary
 
         # Scale the -1/0/+1 aggregate by the workers' mean |p|: a lane the device reads as 0
         # (a tie, or a sum under the gate) moves nothing, a decided lane moves by the mean.
-        l1 = np.array([totals[i, 1] for i in indices]) / world
+        l1 = np.array([totals[i][1] for i in indices]) / world
         if options.scale == "parameter":
             scales = (l1 / np.maximum(sizes, 1)).astype(np.float32)
         elif options.scale == "bucket":
             scales = np.full(len(indices), l1.sum() / max(count, 1), dtype=np.float32)
         else:
             scales = np.ones(len(indices), dtype=np.float32)
-        agreement_sums = np.add.reduceat(agreement, starts)
+
+        # ---- encode
+        lines = self._buffer(key, "lines", (n_lines, nbytes), torch.uint8, device)
+        flip = None
+        if route == GBINARY:
+            readout = options.device_readout
+            if options.dither:
+                flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
+            self._encode_gbinary(stream, flip, lines, chunks)
+        else:
+            readout = Readout.GATED
+            tau, peak = _lanes.gternary_threshold(stream, ratio=options.ratio)
+            shared = None
+            if options.stochastic:
+                maximum = torch.tensor([peak], dtype=torch.float64, device=self._control_device)
+                dist.all_reduce(maximum, op=dist.ReduceOp.MAX)
+                self.traffic.count_control(8)
+                shared = float(maximum[0])
+                tick = self._phase(route, "statistics", tick)
+            self._encode_gternary(stream, tau, shared, options, bucket_index, lines, chunks)
+        tick = self._phase(route, "encode", tick)
+        if options.error_feedback:  # what this worker's own compression drops, for next step
+            self._residuals(route, stream, segments, indices, starts, lines, own_l1)
+            tick = self._phase(route, "write_back", tick)
+
+        # ---- exchange, fold, readout and decode straight into the bucket
+        gathered = self._exchange(lines, out=self._buffer(key, "gathered", (world, n_lines, nbytes),
+                                                          torch.uint8, device))
+        tick = self._phase(route, "exchange", tick)
+        device_lines = None
+        if self.device is not None:
+            device_lines = torch.from_numpy(self.device.aggregate(
+                route, gathered.cpu().numpy(), readout=readout,
+                gate=options.gate if route == GTERNARY else None)).to(device)
+            tick = self._phase(route, "device", tick)
+        per_slot = readout_lines_per_slot(readout, counter_bits=caps.counter_bits)
+        agreement = torch.zeros(len(indices), dtype=torch.int64, device=device)
+        bounds = [(s, s + n) for s, n in zip(starts, sizes)]
+        for c0, c1 in chunks:
+            e0, e1 = c0 * per_line, min(c1 * per_line, count)
+            planes = self._fold(route, gathered[:, c0:c1])
+            inside = [k for k, (a, b) in enumerate(bounds) if a < e1 and b > e0]
+            if inside:
+                sums = _agreement_sums(route, planes, world,
+                                       [max(bounds[k][0], e0) - c0 * per_line for k in inside],
+                                       [min(bounds[k][1], e1) - c0 * per_line for k in inside],
+                                       self._workspace, rows=gathered[:, c0:c1])
+                agreement.index_add_(0, torch.tensor(inside, device=device), sums)
+            tick = self._phase(route, "fold", tick)
+            readout_lines = (device_lines[c0 * per_slot:c1 * per_slot] if device_lines is not None
+                             else self._readout(route, planes, readout, options))
+            pieces = [(max(bounds[k][0], e0) - c0 * per_line, k,
+                       max(bounds[k][0], e0) - bounds[k][0], min(bounds[k][1], e1) - bounds[k][0])
+                      for k in inside]
+            self._decode(route, readout, readout_lines, flip, c0 * nbytes, c1 * nbytes, flat,
+                         [(at, flat[segments[indices[k]][1] + lo:segments[indices[k]][1] + hi],
+                           float(scales[k])) for at, k, lo, hi in pieces], count - e0)
+            tick = self._phase(route, "readout", tick)
+        self.traffic.count_window(route, count, readout=readout, counter_bits=caps.counter_bits,
+                                  world_size=world)
+        agreement = agreement.tolist()
         for k, index in enumerate(indices):
-            name, offset, numel = segments[index]
-            start = starts[k]
-            np.multiply(values[start:start + numel], scales[k], out=flat[offset:offset + numel])
-            if own is not None:  # what this worker's own compression dropped
-                mine = own[start:start + numel]
-                # sum |p| of this slice, as the statistics summed it before the all-reduce
-                local_scale = float(own_l1[index]) / max(int(np.count_nonzero(mine)), 1)
-                residual = mine * np.float32(local_scale)
-                self._residual[name] = np.subtract(p[start:start + numel], residual, out=residual)
+            name, _, numel = segments[index]
             acc = self._regions[self.regions[name]]
-            acc.agreement += float(agreement_sums[k])
+            # |2n - N| / N (G-Binary, n the count of negative votes) or |S| / N (G-Ternary),
+            # summed over the slice's lanes exactly, divided once
+            acc.agreement += agreement[k] / world
             acc.agreement_elements += numel
-        self._phase(route, "write_back", tick)
+        self._phase(route, "readout", tick)
+
+    # -------------------------------------------------------------------- lanes
+
+    def _encode_gbinary(self, stream, flip, lines, chunks):
+        if self.lanes == "golden":
+            signal = stream.numpy()
+            if flip is not None:  # 1 - 2 * bit, a float32 +-1 a lane, in place: exact
+                signs = np.unpackbits(flip.numpy(), bitorder="little")[:signal.size].astype(
+                    np.float32)
+                signs *= -2
+                signs += 1
+                signal = signal * signs
+            lines.copy_(torch.from_numpy(gbinary.encode(signal, line_bits=self.line_bits)))
+            return
+        per_line, nbytes = self.line_bits, lines.shape[1]
+        for c0, c1 in chunks:
+            _lanes.gbinary_encode(
+                stream[c0 * per_line:c1 * per_line], line_bits=self.line_bits,
+                dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes],
+                out=lines[c0:c1], workspace=self._workspace,
+                nan_check=False)  # the statistics found every slice finite
+
+    def _encode_gternary(self, stream, tau, shared, options, bucket_index, lines, chunks):
+        key = self._draws_key(bucket_index)
+        if self.lanes == "golden":
+            draws = (_lanes.uniform_draws(key, stream.numel()).numpy()
+                     if options.stochastic else None)
+            lines.copy_(torch.from_numpy(gternary.encode(
+                stream.numpy(), ratio=options.ratio, line_bits=self.line_bits, draws=draws,
+                scale=shared)))
+            return
+        per_line = self.line_bits // 2
+        for c0, c1 in chunks:
+            piece = stream[c0 * per_line:c1 * per_line]
+            draws = (_lanes.uniform_draws(key, piece.numel(), first=c0 * per_line,
+                                          device=stream.device)
+                     if options.stochastic else None)
+            _lanes.gternary_encode_lines(piece, tau=tau, line_bits=self.line_bits, draws=draws,
+                                         scale=shared, out=lines[c0:c1],
+                                         workspace=self._workspace)
+
+    def _fold(self, route, gathered):
+        """The accumulator's bit-planes of every worker's lines (``COUNTS`` or ``SUMS``)."""
+        caps = self.caps
+        if self.lanes == "golden":
+            module = route_spec(route).golden
+            return torch.from_numpy(module.aggregate_planes(
+                gathered.numpy(), max_workers=caps.max_workers, counter_bits=caps.counter_bits))
+        fold = (_lanes.gbinary_aggregate_planes if route == GBINARY
+                else _lanes.gternary_aggregate_planes)
+        per_slot = (caps.counter_bits if route == GBINARY else
+                    readout_lines_per_slot(Readout.SUMS, counter_bits=caps.counter_bits))
+        out = self._workspace.take("fold", (gathered.shape[1], per_slot, gathered.shape[2]),
+                                   torch.uint8, gathered.device)
+        return fold(gathered, max_workers=caps.max_workers, counter_bits=caps.counter_bits,
+                    out=out, workspace=self._workspace)
+
+    def _readout(self, route, planes, readout, options):
+        if route == GBINARY:
+            args = {"num_workers": self.world_size}
+        else:
+            args = {"gate": options.gate}
+        if self.lanes == "golden":
+            module = route_spec(route).golden
+            return torch.from_numpy(module.readout_planes(planes.numpy(), readout=readout,
+                                                          **args))
+        per_slot = readout_lines_per_slot(readout, counter_bits=self.caps.counter_bits)
+        out = self._workspace.take("readout", (planes.shape[0] * per_slot, planes.shape[2]),
+                                   torch.uint8, planes.device)
+        if route == GBINARY:
+            return _lanes.gbinary_readout_planes(planes, readout=readout, out=out, **args)
+        return _lanes.gternary_readout_planes(planes, readout=readout, out=out,
+                                              workspace=self._workspace, **args)
+
+    def _decode(self, route, readout, readout_lines, flip, b0, b1, flat, pieces, remaining):
+        """The readout lines of a chunk decoded into the bucket, piece by piece: ``(start in
+        the chunk's lanes, destination, scale)``. ``flip``'s bytes ``b0:b1`` are the chunk's
+        dither; ``remaining`` the stream's elements from the chunk's first on."""
+        if self.lanes == "golden":
+            module = route_spec(route).golden
+            n = min(remaining, readout_lines.shape[0] // readout_lines_per_slot(
+                readout, counter_bits=self.caps.counter_bits) * route_spec(route).lanes(
+                    self.line_bits))
+            values = module.decode(readout_lines.numpy(), readout=readout, n_elements=n,
+                                   line_bits=self.line_bits,
+                                   counter_bits=self.caps.counter_bits).astype(np.float32)
+            if flip is not None:
+                signs = np.unpackbits(flip[b0:b1].numpy(), bitorder="little")[:n].astype(
+                    np.float32)
+                signs *= -2
+                signs += 1
+                values *= signs
+            for start, out, scale in pieces:
+                np.multiply(values[start:start + out.numel()], np.float32(scale), out=out.numpy())
+            return
+        zeros = None
+        if route == GBINARY:
+            slots = readout_lines.reshape(-1, 2 if readout is Readout.TERNARY else 1,
+                                          readout_lines.shape[1])
+            data = slots[:, 0].reshape(-1)
+            if readout is Readout.TERNARY:
+                zeros = slots[:, 1].reshape(-1)
+            if flip is not None:
+                data = torch.bitwise_xor(data, flip[b0:b1], out=self._workspace.take(
+                    "dithered", data.numel(), torch.uint8, data.device))
+        else:
+            data = readout_lines.reshape(-1)
+        _lanes.scaled_values_into(data, route=route, pieces=pieces, zeros=zeros,
+                                  workspace=self._workspace)
+
+    def _residuals(self, route, stream, segments, indices, starts, lines, own_l1):
+        """This worker's residuals: ``p`` less its own compressed values, each scaled by its
+        own mean ``|p|`` over its non-zero codes (sum ``|p|`` as the statistics summed it)."""
+        if route == GTERNARY:
+            nonzero = _lanes.range_sums(
+                (_lanes._words(lines).reshape(1, -1) & _lanes._EVEN), [1],
+                [2 * s for s in starts], [2 * (s + segments[i][2])
+                                          for s, i in zip(starts, indices)]).tolist()
+        for k, index in enumerate(indices):
+            name, _, numel = segments[index]
+            p = stream[starts[k]:starts[k] + numel]
+            held = self._residual.get(name)
+            residual = held if held is not None and held.shape == p.shape else torch.empty_like(p)
+            if route == GBINARY:  # own values: sign, with 0 as +1
+                scale = float(np.float32(own_l1[index] / max(numel, 1)))
+                negative = p < 0
+                torch.where(negative, torch.tensor(-scale, device=p.device),
+                            torch.tensor(scale, device=p.device), out=residual)
+            else:
+                scale = float(np.float32(own_l1[index] / max(nonzero[k], 1)))
+                _lanes.scaled_values_into(lines.reshape(-1), route=route,
+                                          pieces=[(starts[k], residual, scale)])
+            torch.sub(p, residual, out=residual)
+            self._residual[name] = residual
+
+
+def _agreement_sums(route, planes, world, starts, stops, workspace, rows=None):
+    """Per lane range, ``sum |2n - N|`` (G-Binary: ``planes`` the counters' bit-planes) or
+    ``sum |S|`` (G-Ternary: the sums' ``SUMS`` lines) over its lanes, exact integers from
+    population counts of the planes: no per-lane values are formed. G-Binary with ``rows``,
+    every worker's lines of the same lanes, counts fewer words where workers are few."""
+    words = _lanes._words(planes)  # (lines, planes or digit lines, words)
+    n_lines, per_slot, per_line = words.shape
+    device = planes.device
+    if route == GBINARY and rows is not None and world <= 2 * min(
+            per_slot, world.bit_length()) + 1:
+        # A lane's max(n, N - n) is the number of workers that voted as the majority reads
+        # (a tie reads positive: N - n = N / 2 of them), so sum |2n - N| = 2 sum max - N L
+        # = N L - 2 sum_w popcount(row_w xor negative).
+        used = min(per_slot, world.bit_length())
+        counts = [words[:, k] for k in range(used)]
+        negative = _lanes._greater(counts, world // 2, out=workspace.take(
+            "negative", (n_lines, per_line), torch.int64, device))
+        streams = workspace.take("streams", (world, n_lines, per_line), torch.int64, device)
+        torch.bitwise_xor(_lanes._words(rows), negative, out=streams)
+        sums = _lanes.range_sums(streams.view(world, -1), [-2] * world, starts, stops,
+                                 workspace=workspace, in_place=True)
+        return sums + world * (torch.tensor(stops, device=device)
+                               - torch.tensor(starts, device=device))
+    if route == GBINARY:
+        used = min(per_slot, world.bit_length())
+        counts = [words[:, k] for k in range(used)]
+        streams = workspace.take("streams", (2 * used + 1, n_lines, per_line), torch.int64,
+                                 device)
+        upper = _lanes._greater(counts, (world - 1) // 2, out=streams[2 * used])  # 2n >= N
+        lower = workspace.take("lower", (n_lines, per_line), torch.int64, device)
+        torch.bitwise_not(upper, out=lower)
+        for k, count in enumerate(counts):
+            torch.bitwise_and(count, upper, out=streams[k])
+            torch.bitwise_and(count, lower, out=streams[used + k])
+        weights = ([2 << k for k in range(used)] + [-(2 << k) for k in range(used)]
+                   + [-2 * world])
+        sums = _lanes.range_sums(streams.view(2 * used + 1, -1), weights, starts, stops,
+                                 workspace=workspace, in_place=True)
+        # sum over G (2n - N) + sum over ~G (N - 2n) = 2 sum_G n - 2 sum_~G n - N (|G| - |~G|)
+        return sums + world * (torch.tensor(stops, device=device)
+                               - torch.tensor(starts, device=device))
+    width = min(2 * per_slot - 1, world.bit_length())
+    # |S| = (S xor s) - s for s the sign (all ones where negative): below 2**width
+    streams = workspace.take("streams", (width + 1, n_lines, per_line), torch.int64, device)
+    sign = streams[width]
+    torch.bitwise_right_shift(words[:, per_slot - 1], 1, out=sign)  # bit 2k - 1 of each sum
+    sign &= _lanes._EVEN
+    for j in range(width):
+        if j % 2:
+            torch.bitwise_right_shift(words[:, j // 2], 1, out=streams[j])
+        else:
+            streams[j].copy_(words[:, j // 2])
+        streams[j] ^= sign
+        streams[j] &= _lanes._EVEN
+    weights = [1 << j for j in range(width)] + [1]
+    return _lanes.range_sums(streams.view(width + 1, -1), weights, [2 * s for s in starts],
+                             [2 * s for s in stops], workspace=workspace, in_place=True)

@@ -755,3 +755,17 @@ def test_matches_a_plain_torch_ternarize_sum_and_gate(seed, ratio, workers):
         got = gternary.decode(gternary.readout(sums, readout=Readout.GATED, gate=gate, counter_bits=bits),
                               readout=Readout.GATED, n_elements=size, line_bits=line_bits)
         assert torch.equal(torch.from_numpy(got).to(gated.dtype), gated), gate
+
+
+def test_draws_given_as_an_array_are_the_generators_draws():
+    grad = np.random.default_rng(3).standard_normal(1000).astype(np.float32)
+    draws = np.random.default_rng(4).random(1000, dtype=np.float32)
+    np.testing.assert_array_equal(
+        gternary.encode(grad, ratio=0.0, draws=draws),
+        gternary.encode(grad, ratio=0.0, rng=np.random.default_rng(4)))
+    with pytest.raises(TypeError, match="rng and draws must not both be given"):
+        gternary.encode(grad, ratio=0.0, rng=np.random.default_rng(4), draws=draws)
+    with pytest.raises(TypeError, match="draws must be a 1-D float32 numpy.ndarray of 1000"):
+        gternary.encode(grad, ratio=0.0, draws=draws[:10])
+    with pytest.raises(ValueError, match=r"draws must lie in \[0, 1\)"):
+        gternary.encode(grad, ratio=0.0, draws=draws + 1)

@@ -40,6 +40,12 @@ def grads_for(params, seed=0):
                              .astype(np.float32).reshape(p.shape)) for p in params]
 
 
+@pytest.fixture(params=hooks.LANES)
+def lanes(request):
+    """The hook's lanes: the torch twin and the golden model must behave alike."""
+    return request.param
+
+
 def run_hook(hook, params, grads):
     bucket = FakeBucket(params, grads)
     result = hook.run(bucket).wait()
@@ -57,13 +63,13 @@ def slices(params):
 
 # --------------------------------------------------------------------------- mixed routing
 
-def test_mixed_bucket_routes_each_slice_and_reassembles_in_place(group):
+def test_mixed_bucket_routes_each_slice_and_reassembles_in_place(group, lanes):
     model = Net()
     params = [model.head.bias, model.body.weight, model.head.weight, model.body.bias]
     names = ["head.bias", "body.weight", "head.weight", "body.bias"]
     routes = {"body.weight": GBINARY, "body.bias": GTERNARY, "head.weight": FP32,
               "head.bias": FP32}
-    hook = hooks.FabricHook(model, routes=routes, gbinary=GBinaryOptions(dither=True),
+    hook = hooks.FabricHook(model, lanes=lanes, routes=routes, gbinary=GBinaryOptions(dither=True),
                             gternary=GTernaryOptions(ratio=0.0, gate=1))
     grads = grads_for(params)
     got = run_hook(hook, params, grads)
@@ -88,15 +94,15 @@ def test_routes_change_between_steps(group):
     np.testing.assert_array_equal(second, torch.cat([g.reshape(-1) for g in grads]).numpy())
 
 
-def test_error_feedback_carries_what_compression_dropped(group):
+def test_error_feedback_carries_what_compression_dropped(group, lanes):
     model = Net()
     params = [model.body.weight]
-    hook = hooks.FabricHook(model, routes=GBINARY,
+    hook = hooks.FabricHook(model, lanes=lanes, routes=GBINARY,
                             gbinary=GBinaryOptions(error_feedback=True, dither=False))
     grads = grads_for(params, seed=2)
     g = grads[0].reshape(-1).numpy()
     run_hook(hook, params, grads)
-    residual = hook._residual["body.weight"]
+    residual = hook._residual["body.weight"].numpy().copy()  # reused in place next step
     np.testing.assert_allclose(residual, g - np.sign(g) * np.abs(g).mean(), rtol=1e-5, atol=1e-6)
     # The next step compresses gradient plus residual.
     second = run_hook(hook, params, grads)
@@ -114,12 +120,12 @@ def test_segments_must_cover_the_buffer(group):
 
 # --------------------------------------------------------------------------- traffic
 
-def test_traffic_counts_bytes_and_device_lines_per_route(group):
+def test_traffic_counts_bytes_and_device_lines_per_route(group, lanes):
     model = Net()
     params = [model.body.weight, model.body.bias, model.head.weight, model.head.bias]
     routes = {"body.weight": GBINARY, "body.bias": GTERNARY, "head.weight": FP32,
               "head.bias": FP32}
-    hook = hooks.FabricHook(model, routes=routes)
+    hook = hooks.FabricHook(model, lanes=lanes, routes=routes)
     run_hook(hook, params, grads_for(params))
     t = hook.traffic.summary()
     gb, gt, fp, control = (t["routes"][r] for r in (GBINARY, GTERNARY, FP32, "control"))
@@ -159,10 +165,10 @@ def test_fp32_hook_counts_one_all_reduce(group):
 
 # --------------------------------------------------------------------------- faults, capacity
 
-def test_non_finite_low_bit_slice_goes_fp32_and_is_reported(group):
+def test_non_finite_low_bit_slice_goes_fp32_and_is_reported(group, lanes):
     model = Net()
     params = [model.body.weight, model.head.weight]
-    hook = hooks.FabricHook(model, routes=GBINARY)
+    hook = hooks.FabricHook(model, lanes=lanes, routes=GBINARY)
     grads = grads_for(params)
     grads[0].view(-1)[5] = float("nan")
     got = run_hook(hook, params, grads)
@@ -203,7 +209,8 @@ def simulate_workers(hook, others, encode):
     lines, as if those workers had written the same window (the scales still come from this
     worker alone; the tests below look at the signs)."""
     hook.world_size = 1 + len(others)
-    hook._exchange = lambda lines: np.stack([lines] + [encode(g) for g in others])
+    hook._exchange = lambda lines, out=None: torch.from_numpy(
+        np.stack([lines.numpy()] + [encode(g) for g in others]))
 
 
 def four_workers(seed):
@@ -217,9 +224,9 @@ def as_param_grad(flat):
 
 
 @pytest.mark.parametrize("readout, tie", [("ternary", 0), ("sign", 1)])
-def test_gbinary_hook_takes_the_device_majority(group, readout, tie):
+def test_gbinary_hook_takes_the_device_majority(group, readout, tie, lanes):
     model = Net()
-    hook = hooks.FabricHook(model, routes=GBINARY,
+    hook = hooks.FabricHook(model, lanes=lanes, routes=GBINARY,
                             gbinary=GBinaryOptions(readout=readout, dither=False))
     grads = four_workers(3)
     simulate_workers(hook, grads[1:], gbinary.encode)
@@ -230,11 +237,13 @@ def test_gbinary_hook_takes_the_device_majority(group, readout, tie):
     np.testing.assert_array_equal(np.sign(got), expected)
 
 
-def test_dither_turns_sign_readout_ties_into_fair_coins(group):
+def test_dither_turns_sign_readout_ties_into_fair_coins(group, lanes):
     model = Net()
-    hook = hooks.FabricHook(model, routes=GBINARY, gbinary=GBinaryOptions(dither=True))
+    hook = hooks.FabricHook(model, lanes=lanes, routes=GBINARY, gbinary=GBinaryOptions(dither=True))
     grads = four_workers(4)
-    flip = hook._dither(1200, 0, GBINARY)  # every worker flips with the same pattern
+    # Every worker flips with the same pattern: the dither bits of this step and bucket.
+    bits = hook._dither_bits(-(-1200 // 8), 0, "cpu").numpy()
+    flip = 1 - 2 * np.unpackbits(bits, bitorder="little")[:1200].astype(np.float32)
     simulate_workers(hook, grads[1:], lambda g: gbinary.encode(g * flip))
     got = np.sign(run_hook(hook, [model.body.weight], as_param_grad(grads[0])))
     negative = sum((g < 0).astype(int) for g in grads)
@@ -245,9 +254,9 @@ def test_dither_turns_sign_readout_ties_into_fair_coins(group):
     assert abs(ties.mean()) < 0.2  # about as many -1 as +1, where the device reads +1
 
 
-def test_gternary_hook_gates_the_device_sums(group):
+def test_gternary_hook_gates_the_device_sums(group, lanes):
     model = Net()
-    hook = hooks.FabricHook(model, routes=GTERNARY, gternary=GTernaryOptions(ratio=0.0))
+    hook = hooks.FabricHook(model, lanes=lanes, routes=GTERNARY, gternary=GTernaryOptions(ratio=0.0))
     hook.gternary = GTernaryOptions(ratio=0.0, gate=3)  # a one-worker job refuses gate 3
     grads = four_workers(5)
     simulate_workers(hook, grads[1:], lambda g: gternary.encode(g, ratio=0.0))

@@ -74,13 +74,25 @@ def _fake_reports(build):
         run("digits_cnn", 1.2, order="random"), run("char_lm", 3.99)]})
     _write(build / "bench" / "golden.json", {
         "workers": 8, "encode_share_of_copy": {"gbinary": 0.9, "gternary": 0.58},
-        "lanes_per_s": {"gbinary_aggregate_planes": 3.47e9, "gternary_aggregate_planes": 1.06e9}})
+        "lanes_per_s": {"gbinary_aggregate_planes": 3.47e9, "gternary_aggregate_planes": 1.06e9},
+        "golden_rows_s": {f"{route}_{op}": 1.0 for route in ("gbinary", "gternary")
+                          for op in ("encode", "aggregate_planes", "readout_planes", "decode")},
+        "twin": {"cpu": {"gbinary_encode": 0.5, "gternary_encode": 2.0,
+                         "gbinary_aggregate_planes": 0.25, "gternary_aggregate_planes": 4.0,
+                         "gbinary_readout_planes": 1.0, "gternary_readout_planes": 0.8,
+                         "gbinary_decode": 0.1, "gternary_decode": 0.2}}})
 
     def model(share):
         return {"profiles": {"layer_gbinary": {"device_share_steady": share}}}
 
     _write(build / "traffic" / "report.json", {"models": {
         "gpt2_small": model(0.3388), "resnet18_imagenet": model(0.0746)}})
+    _write(build / "traffic" / "hook_cost.json", {
+        "workers": 4, "target": {"model": "gpt2_small", "ratio": 1.5},
+        "models": {"gpt2_small": {"settings": {
+            "fp32": {"ratio_to_fp32": 1.0}, "bf16": {"ratio_to_fp32": 0.75},
+            "gbinary": {"ratio_to_fp32": 1.25}, "gternary": {"ratio_to_fp32": 1.5},
+            "layer_gbinary": {"ratio_to_fp32": 2.0}}}}})
 
 
 def _rows(text):
@@ -139,6 +151,14 @@ def test_table_rows_come_from_the_reports(tmp_path):
     assert rows["Traffic at paper scale"] == (
         "layer-aware G-Binary device traffic, % of FP32 after warm-up: ResNet-18 7.46%, "
         "GPT-2 small 33.88%", "`build/traffic/report.md`")
+    assert rows["PyTorch twin of the lanes, one core"] == (
+        "speed over the golden model's, G-Binary / G-Ternary: encode 2.00x / 0.50x, fold into "
+        "bit-planes 4.00x / 0.25x, readout 1.00x / 1.25x, decode 10.00x / 5.00x",
+        "`build/bench/golden.md`")
+    assert rows["DDP hooks' step time"] == (
+        "gpt2_small, 4 gloo workers, step over the FP32 all-reduce's: G-Binary 1.25x, "
+        "G-Ternary 1.50x, layer-aware G-Binary 2.00x (bf16_compress_hook 0.75x); target at "
+        "most 1.5x", "`build/traffic/hook_cost.md`")
 
 
 def test_absent_reports_read_not_measured_yet(tmp_path):
