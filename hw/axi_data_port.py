@@ -1,7 +1,7 @@
 """The controller's requests and responses behind an AXI4 subordinate (docs/design.md,
 "The AXI top")."""
 
-from amaranth.hdl import Module, Mux, Shape, Signal, unsigned
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
@@ -11,9 +11,13 @@ from ..golden.params import FabricParams
 from ..golden.validate import check_int
 from .axi import (LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom, data_address_layout,
                   line_size, status_resp)
+from .lane_logic import KEEP
 from .layouts import request_layout, response_layout
 
-__all__ = ["AxiDataPort", "tag_layout"]
+__all__ = ["AxiDataPort", "tag_layout", "ZERO_GROUP_BITS"]
+
+#: Line bits whose padding zeros one copy of the padding flag drives.
+ZERO_GROUP_BITS = 64
 
 
 def tag_layout(*, id_width):
@@ -44,10 +48,11 @@ class AxiDataPort(wiring.Component):
     alias of the address makes them READ_CLEAR. RRESP is OKAY for an OK line, SLVERR for
     any other status, which RUSER carries (a refused line is all zeros). A readout longer
     than the beats left for it is cut, its last beat sent SLVERR; one shorter is padded
-    with SLVERR beats (RUSER BAD_REQUEST, data undefined).
+    with SLVERR beats (RUSER BAD_REQUEST, data zero).
     **Refused here**, never reaching the controller, answered SLVERR with BAD_REQUEST in
     xUSER: a burst that is not whole lines (AxSIZE), not INCR or FIXED, not at a line's
-    first byte, or a write at the ``clear`` alias; a W beat whose WSTRB is not all ones.
+    first byte, or a write at the ``clear`` alias; a W beat whose WSTRB is not all ones. A
+    refused read burst's beats are zero lines, after a cycle.
 
     **Throughput**: one request a clock; when reads and writes both wait they take turns.
     **Latency**: none on the way in (W data are the request's line); answers leave as the
@@ -218,39 +223,55 @@ class AxiDataPort(wiring.Component):
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
         sent = Signal(LEN_BITS)     # R beats of the head's request sent
-        short = Signal()            # its readout ended early: pad the beats left
+        padding = Signal()          # no line of the controller's left for the head's beats
         draining = Signal()         # its beats are all sent: drop the rest of its readout
         first_error = Signal(Status)  # of the write burst so far
         final = sent == head.beats
-        status = Mux(head.native & ~short, resp.payload.status, Status.BAD_REQUEST)
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
+
+        # A padding beat carries zeros, not whatever line waits at the controller's output
+        # (another request's): its data is gated by copies of the padding flag, a register
+        # each per 64 bits, so no one net reaches every line bit.
+        zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP)
+                     for g in range(-(-self.params.line_bits // ZERO_GROUP_BITS)))
+        padding_next = Signal()
+        m.d.comb += padding_next.eq(padding)
+        m.d.sync += [padding.eq(padding_next), zeroed.eq(padding_next.replicate(len(zeroed)))]
+        m.d.comb += axi.rdata.eq(Cat(
+            resp.payload.data[g * ZERO_GROUP_BITS:(g + 1) * ZERO_GROUP_BITS]
+            & ~zeroed[g].replicate(min(ZERO_GROUP_BITS,
+                                       self.params.line_bits - g * ZERO_GROUP_BITS))
+            for g in range(len(zeroed))))
 
         with m.If(tags.r_rdy & head.read & draining):
             m.d.comb += resp.ready.eq(1)
             with m.If(resp.valid & resp.payload.last):
                 m.d.comb += pop.eq(1)
                 m.d.sync += [draining.eq(0), sent.eq(0)]
+        with m.Elif(tags.r_rdy & head.read & ~head.native & ~padding):
+            # A refused burst: a cycle to raise the padding flag, then its beats.
+            m.d.comb += padding_next.eq(1)
         with m.Elif(tags.r_rdy & head.read):
-            from_controller = head.native & ~short
-            cut = from_controller & final & ~resp.payload.last
+            status = Mux(padding, Status.BAD_REQUEST, resp.payload.status)
+            cut = ~padding & final & ~resp.payload.last
             m.d.comb += [
-                axi.rvalid.eq(~from_controller | resp.valid),
+                axi.rvalid.eq(padding | resp.valid),
                 axi.rid.eq(head.id),
-                axi.rdata.eq(resp.payload.data),
                 axi.ruser.eq(status),
                 axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
                 axi.rlast.eq(head.last & final),
-                resp.ready.eq(from_controller & axi.rready),
+                resp.ready.eq(~padding & axi.rready),
             ]
             with m.If(axi.rvalid & axi.rready):
                 m.d.sync += sent.eq(sent + 1)
-                with m.If(from_controller & resp.payload.last & ~final):
-                    m.d.sync += short.eq(1)
+                with m.If(~padding & resp.payload.last & ~final):
+                    m.d.comb += padding_next.eq(1)
                 with m.If(final):
-                    m.d.sync += [sent.eq(0), short.eq(0), draining.eq(cut)]
-                    m.d.comb += pop.eq(~cut)
+                    m.d.comb += [padding_next.eq(0), pop.eq(~cut)]
+                    m.d.sync += [sent.eq(0), draining.eq(cut)]
         with m.Elif(tags.r_rdy):
+            status = Mux(head.native, resp.payload.status, Status.BAD_REQUEST)
             burst_status = Mux(first_error != Status.OK, first_error, status)
             answered = ~head.native | resp.valid
             m.d.comb += [

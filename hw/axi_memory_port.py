@@ -19,8 +19,8 @@ class AxiMemoryPort(wiring.Component):
     A memory request becomes a single-beat burst of a whole line (AxLEN 0, AxSIZE the line,
     INCR, WSTRB all ones) at byte address ``line address * line bytes``; a write's AW and W
     go out together or in either order, each as soon as the subordinate takes it. Read data
-    returns on ``o_data`` in request order: every transaction has the one ID, which AXI
-    answers in order. BRESP and RRESP are not looked at: the controller's memory port has
+    returns on ``o_data`` in request order: every transaction has ID 0, which AXI answers in
+    order. BRESP and RRESP are not looked at: the controller's memory port has
     no status.
 
     **Ordering**: AXI orders nothing between its read and write channels, and the controller
@@ -45,8 +45,9 @@ class AxiMemoryPort(wiring.Component):
         Memory requests (the controller's ``o_mem``).
     o_data : ``Out(stream.Signature(line_bits))``
         Read data in request order (to the controller's ``i_mem``).
-    m_axi : ``Out(Axi4Signature(addr_width=32 + log2(line bytes), data_width=line_bits))``
-        The AXI4 manager, without IDs.
+    m_axi : ``Out(Axi4Signature(addr_width=32 + log2(line bytes), data_width=line_bits,
+    id_width=1))``
+        The AXI4 manager (AWID and ARID 0).
 
     Raises
     ------
@@ -62,7 +63,7 @@ class AxiMemoryPort(wiring.Component):
             "i_req": In(stream.Signature(mem_request_layout(line_bits=self.line_bits))),
             "o_data": Out(stream.Signature(unsigned(self.line_bits))),
             "m_axi": Out(Axi4Signature(addr_width=ADDR_BITS + line_size(self.line_bits),
-                                       data_width=self.line_bits)),
+                                       data_width=self.line_bits, id_width=1)),
         })
 
     def elaborate(self, platform):
@@ -80,6 +81,7 @@ class AxiMemoryPort(wiring.Component):
 
         # Requests: a write waits for both of its channels, a read for AR.
         m.d.comb += [
+            axi.awid.eq(0), axi.arid.eq(0),
             axi.awaddr.eq(byte_addr), axi.awlen.eq(0), axi.awsize.eq(size),
             axi.awburst.eq(Burst.INCR), axi.awvalid.eq(write & ~aw_sent),
             axi.wdata.eq(req.payload.data), axi.wstrb.eq(-1), axi.wlast.eq(1),
