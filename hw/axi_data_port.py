@@ -3,7 +3,7 @@
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..golden.controller import Op, Status
@@ -137,8 +137,10 @@ class AxiDataPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         axi, req, resp = self.s_axi, self.o_req, self.i_resp
-        tags = m.submodules.tags = SyncFIFO(width=tag_layout(id_width=self.id_width).size,
-                                            depth=self.max_requests)
+        # The head tag is a register (the buffered FIFO's): the answer side decodes it into
+        # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
+        tags = m.submodules.tags = SyncFIFOBuffered(
+            width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
         command = data.StructLayout({
             "line": unsigned(32), "worker": unsigned(self.params.worker_bits),
             "id": unsigned(self.id_width), "left": unsigned(LEN_BITS),

@@ -23,12 +23,14 @@ The runner (``tests/test_axi_cocotb.py`` or :mod:`neuron_fabric.sim.regression`)
 
 import os
 import pathlib
+import time
 import warnings
 
 import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
+from cocotb.utils import get_sim_time
 from cocotbext.axi import (AxiBurstType, AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster, AxiRam,
                            AxiResp)
 
@@ -38,6 +40,7 @@ from ..golden.controller import ControllerModel, Op, Status
 from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route, readout_lines_per_slot
 from ..golden.regmap import TIMING_COUNTERS, register_map
 from . import scenarios
+from .cocotb_bench import Stats, record_stats
 from .manifest import Manifest
 from .tb_controller import LOW_BIT_ROLES, PROTECTED_ROLES, _fp32_lines, _trace_steps
 
@@ -101,6 +104,7 @@ class AxiBench:
         self.checked = {"bursts": 0, "beats": 0, "lines": 0}
 
     async def start(self):
+        self.started = (int(get_sim_time("ns") // 10), time.perf_counter())
         cocotb.start_soon(Clock(self.dut.clk, 10, unit="ns").start())
         self.dut.rst.value = 1
         await ClockCycles(self.dut.clk, 4)
@@ -197,8 +201,14 @@ class AxiBench:
             assert got == data, f"memory line {line} differs from the model's"
 
     def log_done(self, name):
+        """Log what was checked and add it to the regression's tally."""
+        cycles = int(get_sim_time("ns") // 10) - self.started[0]
+        wall = time.perf_counter() - self.started[1]
         self.dut._log.info(f"{name}: {self.checked['bursts']} bursts and "
-                           f"{self.checked['lines']} read lines checked against the model")
+                           f"{self.checked['lines']} read lines checked against the model, "
+                           f"{cycles} cycles")
+        record_stats(name, Stats(cycles=cycles, requests=self.checked["bursts"],
+                                 lines=self.checked["lines"], wall=wall))
 
 
 def _chunks(rng, count, *, longest=4):
@@ -221,9 +231,10 @@ async def registers_read_their_reset_values_over_axi_lite(dut):
     await bench.csr_check_all()
     # A partial strobe writes nothing and answers SLVERR.
     base = bench.regmap["WIN0_BASE"].address
-    answer = await bench.axil.write(base, b"\x12\x34", )
+    answer = await bench.axil.write(base, b"\x12\x34")
     assert answer.resp == AxiResp.SLVERR
     await bench.csr_check_all()
+    bench.log_done("registers_read_their_reset_values_over_axi_lite")
 
 
 async def _real_gradients(dut, workload, seed):
