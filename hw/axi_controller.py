@@ -2,7 +2,7 @@
 
 from amaranth.hdl import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
 from ..golden.params import FabricParams
 from .axi import WorkerFrom

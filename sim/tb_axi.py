@@ -37,7 +37,7 @@ from cocotbext.axi import (AxiBurstType, AxiBus, AxiLiteBus, AxiLiteMaster, AxiM
 from ..experiments import traces as traces_module
 from ..golden import gbinary, gternary
 from ..golden.controller import ControllerModel, Op, Status
-from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route, readout_lines_per_slot
+from ..golden.formats import READOUTS_BY_ROUTE, Route, readout_lines_per_slot
 from ..golden.regmap import TIMING_COUNTERS, register_map
 from . import scenarios
 from .cocotb_bench import Stats, record_stats
@@ -101,7 +101,7 @@ class AxiBench:
                         self.ram.read_if.r_channel):
             channel.set_pause_generator(_pauses(rng, MEMORY_PAUSE))
         self.pending = []   # (what, event, expected answer)
-        self.checked = {"bursts": 0, "beats": 0, "lines": 0}
+        self.checked = {"bursts": 0, "fixed": 0, "lines": 0}
 
     async def start(self):
         self.started = (int(get_sim_time("ns") // 10), time.perf_counter())
@@ -170,6 +170,7 @@ class AxiBench:
         assert len(beats) == length, "the test reads each readout whole"
         event = self.axi.init_read(self.address(line, clear=clear), length * self.line_bytes,
                                    burst=burst)
+        self.checked["fixed"] += burst == AxiBurstType.FIXED
         errors = [s for s, _ in beats if s is not Status.OK]
         self.pending.append((f"{op.name} of {length} lines at {line}", event,
                              ("R", AxiResp.SLVERR if errors else AxiResp.OKAY,
@@ -249,8 +250,8 @@ async def _real_gradients(dut, workload, seed):
     p, rng = bench.params, np.random.default_rng(seed)
     workers = trace.workers
     gb_readouts, gt_readouts = READOUTS_BY_ROUTE[Route.GBINARY], READOUTS_BY_ROUTE[Route.GTERNARY]
-    fp32_checked = 0
-    for n, step in enumerate(_trace_steps(trace)):
+    fp32_checked, rounds_done, readouts_seen = 0, 0, set()
+    for step in _trace_steps(trace):
         low = [trace.bucket(step, w, LOW_BIT_ROLES) for w in range(workers)]
         routed = [np.stack([gbinary.encode(b, line_bits=p.line_bits) for b in low]),
                   np.stack([gternary.encode(b, ratio=0.5, line_bits=p.line_bits) for b in low])]
@@ -259,18 +260,23 @@ async def _real_gradients(dut, workload, seed):
         if max_lines is not None:
             routed = [lines[:, :max_lines] for lines in routed]
             fp32 = [lines[:max_lines] for lines in fp32]
-        readouts = [gb_readouts[n % len(gb_readouts)], gt_readouts[n % len(gt_readouts)]]
         size = [min(p.depth, lines.shape[1]) for lines in routed]
         base0 = int(rng.integers(1, 1 << 12)) * p.depth
         bases = [base0, base0 + p.depth * int(rng.integers(1, 16))]
-        windows = [scenarios.Window(bases[0], size[0], Route.GBINARY, readouts[0]),
-                   scenarios.Window(bases[1], size[1], Route.GTERNARY, readouts[1])]
-        await bench.configure(windows=windows, num_workers=workers,
-                              gate=int(rng.integers(1, workers + 1)))
-        per_slot = [readout_lines_per_slot(r, counter_bits=p.counter_bits) for r in readouts]
         rounds = max(-(-lines.shape[1] // s) for lines, s in zip(routed, size))
         fp32_round = [-(-len(lines) // rounds) for lines in fp32]
         for r in range(rounds):
+            # Each round under the next readouts, the first ones of several lines.
+            readouts = [gb_readouts[(1 + rounds_done) % len(gb_readouts)],
+                        gt_readouts[(1 + rounds_done) % len(gt_readouts)]]
+            rounds_done += 1
+            windows = [scenarios.Window(bases[0], size[0], Route.GBINARY, readouts[0]),
+                       scenarios.Window(bases[1], size[1], Route.GTERNARY, readouts[1])]
+            await bench.configure(windows=windows, num_workers=workers,
+                                  gate=int(rng.integers(1, workers + 1)))
+            per_slot = [readout_lines_per_slot(r, counter_bits=p.counter_bits)
+                        for r in readouts]
+            readouts_seen.update(readouts)
             chunks = [lines[:, r * s:(r + 1) * s] for lines, s in zip(routed, size)]
             # Every worker but the last writes its lines and its FP32 lines, as bursts of
             # 1 to 4 lines in a random order, all in flight at once under rotating IDs.
@@ -340,8 +346,10 @@ async def _real_gradients(dut, workload, seed):
     assert bench.model.counters["GBIN_LINES"] and bench.model.counters["GTERN_LINES"]
     assert bench.model.counters["DUPLICATE_COUNT"] and bench.model.counters["NOT_READY_COUNT"]
     assert fp32_checked, "no FP32 line went through the memory"
+    assert bench.checked["fixed"], "no readout of several lines was read"
     bench.log_done(f"real_gradients_over_axi/workload={workload},seed={seed}: "
-                   f"{fp32_checked} FP32 lines byte-exact;")
+                   f"{fp32_checked} FP32 lines byte-exact, readouts "
+                   f"{', '.join(sorted(r.name for r in readouts_seen))};")
 
 
 @cocotb.test(timeout_time=200, timeout_unit="ms")

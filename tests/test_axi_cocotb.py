@@ -27,3 +27,16 @@ def test_axi_top_matches_the_model(simulator, small_axi_verilog, tmp_path, trace
     tests, failed, log = run_axi_top(simulator, small_axi_verilog, tmp_path, traces, seed=3)
     assert (tests, failed) == (4, 0), f"see {tmp_path / 'run.log'}"
     assert "FP32 lines byte-exact" in log
+
+
+@pytest.mark.slow
+def test_the_512_bit_axi_top_matches_the_model_on_verilator(tmp_path_factory, traces):
+    """The default preset's AXI top (a Verilator build of about 7 minutes)."""
+    from neuron_fabric.gen.axi import axi_folder_name, generate_axi
+    from neuron_fabric.golden.params import PRESETS
+
+    folder = tmp_path_factory.mktemp("verilog") / axi_folder_name(PRESETS["default"])
+    generate_axi(PRESETS["default"], folder, log=lambda line: None)
+    work = tmp_path_factory.mktemp("axi512")
+    tests, failed, log = run_axi_top("verilator", folder, work, traces, seed=1)
+    assert (tests, failed) == (4, 0), f"see {work / 'run.log'}"
