@@ -4,9 +4,9 @@ Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/re
 
 - ``ecp5``: the default configuration: the controller top (once per ``--tile-lanes``
   value and per ``--floorplan-rows`` value, block RAMs placed by nextpnr or pinned by
-  :mod:`.floorplan`) and every block (and the write-combining accumulator) out of context on both
-  speed grades, gate equivalents, a ULX3S board build of the top, the measured latency and
-  the timing model;
+  :mod:`.floorplan`), the AXI top (the same controller behind its AXI adapters) and every
+  block (and the write-combining accumulator) out of context on both speed grades, gate
+  equivalents, a ULX3S board build of the top, the measured latency and the timing model;
 - ``sweep``: the controller top over LINE_BITS x MAX_WORKERS (and DEPTH), a table and a plot;
 - ``timing-model``: the measured latency and the timing model alone (from the Fmax already
   in the report, or ``--clock-mhz``);
@@ -115,6 +115,18 @@ def _factories(params, *, with_top=True, tile_lanes=TILE_LANES, cells=CELLS, eng
         if role == UNIT_ROLES[-1]:  # the write combiner stands alone too
             out["write_combiner"] = ("nfabric_write_combiner", lambda: WriteCombiner())
     return out
+
+
+def _axi_factory(params, *, tile_lanes=TILE_LANES, cells=CELLS):
+    """``(module, factory)`` of the AXI top of ``params``, as ``make verilog`` emits it but
+    with fold adders of ``cells``."""
+    from ..gen.axi import AXI_ID_WIDTH, axi_module
+    from ..gen.verilog import MAX_READS
+    from ..hw.axi_controller import AxiController
+
+    return axi_module(params), lambda: AxiController(
+        params=params, id_width=AXI_ID_WIDTH, tile_lanes=tile_lanes, max_reads=MAX_READS,
+        cells=cells)
 
 
 def _measure_block(factory, module, work, *, grades, seeds, args, spare_seeds=(),
@@ -344,6 +356,19 @@ def cmd_ecp5(args):
         _finish(out, report, "ecp5", "ecp5")
     top = default["top"]
 
+    if not args.no_axi:
+        # The AXI top as the native one is built first: its cost is the difference.
+        lanes, rows = tops[0][0], tops[0][1]
+        module, factory = _axi_factory(params, tile_lanes=lanes)
+        axi_work = work / _top_folder("axi_top", lanes, floorplan_rows=rows)
+        _log(f"ecp5: AXI top {module}: {len(grades)} grade(s) x {len(top_seeds)} seed(s), "
+             f"work in {axi_work}")
+        axi = _measure_block(factory, module, axi_work, grades=grades, seeds=top_seeds,
+                             args=args, spare_seeds=spares, floorplan_rows=rows)
+        axi.update(tile_lanes=lanes, floorplan_rows=rows)
+        default["axi_top"] = axi
+        _finish(out, report, "ecp5", "ecp5")
+
     # The gate counts and the board build need nothing from the blocks, and run one tool at
     # a time: they go on a thread of their own beside the blocks' place and route, so that
     # no core waits idle while they finish. Results are stored and written under one lock.
@@ -548,6 +573,7 @@ def _parser():
                         "LINE_BITS measures the whole line's engine (default: the first "
                         "--tile-lanes, one tile's share)")
     params(e)
+    e.add_argument("--no-axi", action="store_true", help="skip the AXI top")
     e.add_argument("--no-blocks", action="store_true", help="skip the per-block runs")
     e.add_argument("--no-gates", action="store_true", help="skip the gate equivalents")
     e.add_argument("--no-board", action="store_true", help="skip the ULX3S board build")

@@ -327,6 +327,54 @@ def _tile_lanes_section(tops):
                    "place and route, s (median)"], rows)
 
 
+#: What the AXI adapters may cost against the native top: Fmax within this fraction of the
+#: native top's median at each grade, and at most this fraction more LUT4.
+AXI_COST_LIMITS = {"fmax": 0.05, "lut4": 0.05}
+
+
+def _axi_cost_rows(native, axi):
+    """The AXI top against the native top, grade by grade: Fmax medians, LUT4, FF."""
+    rows = []
+    for key, entry in axi.get("grades", {}).items():
+        base = native.get("grades", {}).get(key, {})
+        mine, theirs = entry.get("fmax_median_mhz"), base.get("fmax_median_mhz")
+        if mine and theirs:
+            ratio = mine / theirs - 1
+            rows.append([f"Fmax {_grade_label(entry)}", f"{theirs:.1f} MHz", f"{mine:.1f} MHz",
+                         f"{ratio:+.1%}",
+                         "met" if ratio >= -AXI_COST_LIMITS["fmax"] else "missed"])
+    u = next((e.get("utilization") for e in axi.get("grades", {}).values()
+              if e.get("utilization")), None) or axi.get("area")
+    v = next((e.get("utilization") for e in native.get("grades", {}).values()
+              if e.get("utilization")), None) or native.get("area")
+    if u and v:
+        for kind, limit in (("lut4", AXI_COST_LIMITS["lut4"]), ("ff", None)):
+            extra = u[kind] - v[kind]
+            rows.append([kind.upper(), f"{v[kind]:,}", f"{u[kind]:,}",
+                         f"{extra:+,} ({extra / v[kind]:+.1%})",
+                         "-" if limit is None else
+                         "met" if extra <= limit * v[kind] else "missed"])
+    return rows
+
+
+def _axi_section(d):
+    axi = d["axi_top"]
+    limits = AXI_COST_LIMITS
+    out = ["## AXI top", "",
+           "The controller behind its three AXI adapters (AXI4 data subordinate, AXI4 memory "
+           "manager, AXI4-Lite registers), built and measured as the native top (same seeds, "
+           "floorplan and flow). The adapters' cost is the difference; the targets are Fmax "
+           f"within {limits['fmax']:.0%} of the native top's median at each grade and at "
+           f"most {limits['lut4']:.0%} more LUT4.", "",
+           _block_section("Place and route", {"axi_controller": axi}), "",
+           "Critical path (median seed):", "", _critical_paths({"axi_controller": axi}), ""]
+    rows = _axi_cost_rows(d.get("top", {}), axi)
+    if rows:
+        out += ["Against the native top:", "",
+                _table(["", "native top", "AXI top", "difference", "target"], rows), ""]
+    return out
+
+
 def markdown(report):
     """The Markdown note for ``report`` (whatever parts it holds)."""
     out = ["# ECP5 implementation report", ""]
@@ -354,6 +402,8 @@ def markdown(report):
                     "place and route is the median over the routed seeds of the seconds one "
                     "nextpnr run took.", "",
                     _tile_lanes_section([d["top"], *d["other_tops"]]), ""]
+        if d.get("axi_top"):
+            out += _axi_section(d)
         if d.get("blocks"):
             out += ["## Blocks", "", *_engines_text(d),
                     _block_section("Each block out of context", d["blocks"]),

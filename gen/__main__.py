@@ -2,9 +2,11 @@
 
 Writes ``<out>/<name>/`` where ``<name>`` carries the parameters (``l512_w16_c5_d64_n2``):
 one Verilog file per block (the controller top holds all of them), the top's file list
-(``.f``) and Verilator configuration (``.vlt``), ``manifest.json`` and ``registers.md``.
-``--check`` then elaborates every file with Icarus and lints it with Verilator's ``-Wall``
-and the ``.vlt``, as a plain build and with public signals as under cocotb.
+(``.f``) and Verilator configuration (``.vlt``), ``manifest.json`` and ``registers.md``;
+and beside it ``<out>/axi_<name>/``, the same for the AXI top (the controller behind AXI4
+and AXI4-Lite adapters). ``--check`` then elaborates every file with Icarus and lints it
+with Verilator's ``-Wall`` and the ``.vlt``, as a plain build and with public signals as
+under cocotb.
 """
 
 import argparse
@@ -14,6 +16,7 @@ import sys
 import time
 
 from ..golden.params import PRESETS
+from .axi import axi_folder_name, generate_axi
 from .check import CheckError, icarus_compile, verilator_lint
 from .verilog import MAX_READS, ToolError, generate
 
@@ -30,6 +33,8 @@ def _parser():
                         help="memory reads in flight at most (default: %(default)s)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/verilog"),
                         help="output folder; files go to OUT/<name>/ (default: %(default)s)")
+    parser.add_argument("--no-axi", action="store_true",
+                        help="leave out the AXI top (axi_<name>/)")
     parser.add_argument("--check", action="store_true",
                         help="compile every file with Icarus and lint it with Verilator "
                              "(-Wall and the generated .vlt, with and without public "
@@ -51,30 +56,37 @@ def main(argv=None):
         return 2
     out = args.out / params.name
     started = time.perf_counter()
+    folders = [out] if args.no_axi else [out, args.out / axi_folder_name(params)]
     try:
-        manifest = generate(params, out, max_reads=args.max_reads)
+        manifests = [generate(params, out, max_reads=args.max_reads)]
+        if not args.no_axi:
+            manifests.append(generate_axi(params, folders[1], max_reads=args.max_reads))
     except (TypeError, ValueError, ToolError) as error:
         print(f"gen: {error}", file=sys.stderr)
         return 1
-    for block in manifest["blocks"].values():
-        path = out / block["file"]
-        print(f"gen:   {path}  {path.stat().st_size:>10,} bytes")
-    for name in (manifest["file_list"], manifest["verilator_config"], "manifest.json",
-                 "registers.md"):
-        print(f"gen:   {out / name}  {(out / name).stat().st_size:>10,} bytes")
+    for folder, manifest in zip(folders, manifests):
+        for block in manifest["blocks"].values():
+            path = folder / block["file"]
+            print(f"gen:   {path}  {path.stat().st_size:>10,} bytes")
+        for name in (manifest["file_list"], manifest["verilator_config"], "manifest.json",
+                     "registers.md"):
+            print(f"gen:   {folder / name}  {(folder / name).stat().st_size:>10,} bytes")
     if args.check:
-        config = out / manifest["verilator_config"]
-        print(f"gen: checking with Icarus and Verilator --lint-only -Wall {config} "
-              f"(with and without --public-flat-rw)")
-        try:
-            for block in manifest["blocks"].values():
-                icarus_compile(out / block["file"], module=block["module"])
-                verilator_lint(out / block["file"], module=block["module"], config=config)
-                print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
-        except (CheckError, RuntimeError) as error:
-            print(f"gen: {error}", file=sys.stderr)
-            return 1
-    print(f"gen: done in {time.perf_counter() - started:.1f} s; results in {out}/")
+        for folder, manifest in zip(folders, manifests):
+            config = folder / manifest["verilator_config"]
+            print(f"gen: checking with Icarus and Verilator --lint-only -Wall {config} "
+                  f"(with and without --public-flat-rw)")
+            try:
+                for block in manifest["blocks"].values():
+                    icarus_compile(folder / block["file"], module=block["module"])
+                    verilator_lint(folder / block["file"], module=block["module"],
+                                   config=config)
+                    print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
+            except (CheckError, RuntimeError) as error:
+                print(f"gen: {error}", file=sys.stderr)
+                return 1
+    print(f"gen: done in {time.perf_counter() - started:.1f} s; results in "
+          f"{' and '.join(f'{folder}/' for folder in folders)}")
     return 0
 
 

@@ -13,7 +13,10 @@ Jobs per simulator:
 - ``narrow``: a 128-bit top whose counters hold fewer votes than MAX_WORKERS, generated
   here, for counter saturation under a wrong NUM_WORKERS (and random traffic);
 - ``blocks``: every block of the ``small`` preset side by side
-  (:func:`.cocotb_bench.blocks_wrapper`), the engines against the golden functions.
+  (:func:`.cocotb_bench.blocks_wrapper`), the engines against the golden functions;
+- ``axi``: the AXI top (:mod:`.tb_axi`, cocotbext-axi's models): on Verilator the one beside
+  the top in ``--verilog`` (``axi_<name>/``) with every step of both traces, on Icarus the
+  ``small`` preset's with one step of 12 lines per worker and route.
 
 That is the Verilator plan. Icarus runs every controller test on the 512-bit top too, the
 real traces cut to two steps and 16 lines per worker and route (Icarus simulates the top
@@ -53,8 +56,9 @@ class Job:
 
 
 def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
-             icarus_full_traces=False):
-    """The jobs of ``simulator`` over the Verilog folders ``top``, ``small`` and ``narrow``.
+             icarus_full_traces=False, axi_top=None, axi_small=None):
+    """The jobs of ``simulator`` over the Verilog folders ``top``, ``small`` and ``narrow``,
+    and the AXI tops' ``axi_top`` (Verilator) and ``axi_small`` (Icarus) where given.
 
     ``full_traces`` replays every step of both traces on Verilator's top, and
     ``icarus_full_traces`` on Icarus's; otherwise two steps of 16 lines per worker and route.
@@ -67,6 +71,7 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
     common = (("NFABRIC_SEEDS", seeds),)
     controller = "neuron_fabric.sim.tb_controller"
     blocks = "neuron_fabric.sim.tb_blocks"
+    axi = "neuron_fabric.sim.tb_axi"
     if simulator == "verilator":
         return [
             Job("controller", top, "controller", controller,
@@ -74,8 +79,12 @@ def jobs_for(simulator, *, top, small, narrow, seeds, full_traces=True,
             Job("narrow", narrow, "controller", controller,
                 test_filter="counters_saturate|random_traffic", env=common),
             Job("blocks", small, "blocks", blocks, env=common + (("NFABRIC_VECTORS", "200"),)),
-        ]
-    return [
+        ] + ([Job("axi", axi_top, "axi_controller", axi, env=common + traces(full_traces))]
+             if axi_top else [])
+    axi_jobs = ([Job("axi", axi_small, "axi_controller", axi,
+                     env=common + (("NFABRIC_TRACE_STEPS", "1"), ("NFABRIC_TRACE_LINES", "12")))]
+                if axi_small else [])
+    return axi_jobs + [
         Job("controller", top, "controller", controller,
             env=common + traces(icarus_full_traces)),
         Job("small", small, "controller", controller,
@@ -106,6 +115,15 @@ def _generate(params, out, log):
     log(f"sim: generating Verilog for {params.name} into {folder}")
     generate(params, folder, log=lambda line: None)
     return Manifest(folder)
+
+
+def _generate_axi(params, out, log):
+    from ..gen.axi import axi_folder_name, generate_axi
+
+    folder = out / axi_folder_name(params)
+    log(f"sim: generating the AXI top for {params.name} into {folder}")
+    generate_axi(params, folder, log=lambda line: None)
+    return folder
 
 
 def _run_job(simulator, job, out, *, traces, waves, verilator_root, log):
@@ -316,7 +334,15 @@ def main(argv=None):
     small = _generate(PRESETS["small"], generated, _log).folder
     narrow = _generate(FabricParams(**NARROW), generated, _log).folder
     folders = dict(top=str(top.resolve()), small=str(small.resolve()),
-                   narrow=str(narrow.resolve()))
+                   narrow=str(narrow.resolve()),
+                   axi_small=str(_generate_axi(PRESETS["small"], generated, _log).resolve()))
+    from ..gen.axi import axi_folder_name
+
+    axi_top = args.verilog / axi_folder_name(Manifest(top).params)
+    if (axi_top / "manifest.json").is_file():
+        folders["axi_top"] = str(axi_top.resolve())
+    else:
+        _log(f"sim: no AXI top in {axi_top}; `make verilog` writes it")
     _log(f"sim: simulators {', '.join(args.simulators)} side by side; logs under {out}/")
     children = []
     for simulator in args.simulators:

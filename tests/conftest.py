@@ -36,6 +36,18 @@ def small_verilog(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def small_axi_verilog(tmp_path_factory):
+    """The small preset's AXI top folder (``make verilog PRESET=small`` writes it beside the
+    native top), generated once per pytest run."""
+    from neuron_fabric.gen.axi import axi_folder_name, generate_axi
+    from neuron_fabric.golden.params import PRESETS
+
+    folder = tmp_path_factory.mktemp("verilog") / axi_folder_name(PRESETS["small"])
+    generate_axi(PRESETS["small"], folder, log=lambda line: None)
+    return folder
+
+
+@pytest.fixture(scope="session")
 def read_fold_bug_verilog(small_verilog, tmp_path_factory):
     """A copy of the small preset's Verilog in which tile 1 alone (line bits 32 to 63) folds
     the data line of every request: its addends' low bits take the line's first bit of each

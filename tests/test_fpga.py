@@ -1022,7 +1022,8 @@ def test_the_default_top_has_seven_spares_and_the_board_the_first_three(monkeypa
     monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: {})
     monkeypatch.setattr(cli, "_finish", lambda *args: None)
     assert cli.main(["ecp5", "--no-blocks", "--no-gates", "--out", str(tmp_path)]) == 0
-    assert spares == [("nfabric_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10])]
+    assert spares == [("nfabric_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10]),
+                      ("nfabric_axi_l512_w16_c5_d64_n2", [4, 5, 6, 7, 8, 9, 10])]
     # The board's block RAMs pinned as the top's: 16 tiles, four to a row.
     assert boards == [([1, 4, 5, 6], 3600.0, 4, f"board_t{TILE_LANES}_pinned4")]
 
@@ -1035,13 +1036,14 @@ def test_gate_counts_and_the_board_run_beside_the_blocks(monkeypatch, tmp_path):
     from neuron_fabric.fpga import __main__ as cli
     from neuron_fabric.fpga import gates
 
-    top_module = cli._factories(PRESETS["default"])[cli.TOP_ROLE][0]
+    tops = {cli._factories(PRESETS["default"])[cli.TOP_ROLE][0],
+            cli._axi_factory(PRESETS["default"])[0]}
     cells = parse_synth_stat({"design": {"num_cells_by_type": {"LUT4": 10, "TRELLIS_FF": 8}}})
     board_started = threading.Event()
     counted, blocks = [], []
 
     def fake_measure(factory, module, work, **options):
-        if module != top_module:
+        if module not in tops:  # the native top and the AXI top come before the thread
             # Run after the blocks, the board would never start while one waits here.
             assert board_started.wait(timeout=30), "the board build waited for the blocks"
             blocks.append(module)
@@ -1185,7 +1187,9 @@ def test_each_tile_width_and_floorplan_measures_its_own_top_in_its_own_folder(mo
     assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
                      "--out", str(tmp_path)]) == 0
     assert measured == [(f"nfabric_{small}", "Controller", TILE_LANES,
-                         f"controller_t{TILE_LANES}_pinned1", 1)]
+                         f"controller_t{TILE_LANES}_pinned1", 1),
+                        (f"nfabric_axi_{small}", "AxiController", None,
+                         f"axi_top_t{TILE_LANES}_pinned1", 1)]
     assert "other_tops" not in json.loads((tmp_path / "report.json").read_text())["default"]
     assert "By TILE_LANES" not in (tmp_path / "report.md").read_text()
     # A pinned top as the report's: said in the opening paragraph.
@@ -1377,3 +1381,52 @@ def test_the_bitmaps_are_block_ram_however_few_the_workers(max_workers, tmp_path
                                  counter_bits=None)
     cells, _ = synthesize(ControlPlane(params=params), module="plane", work=tmp_path)
     assert cells["dp16kd"] == 1
+
+
+def test_the_axi_top_is_measured_as_the_native_one_and_its_cost_reported(monkeypatch,
+                                                                         tmp_path):
+    """The AXI top after the native top, with its seeds, floorplan and grades; the report
+    sets its Fmax and LUT4 against the native top's with the targets' verdicts."""
+    from neuron_fabric.fpga import __main__ as cli
+
+    measured = []
+    figures = {"Controller": (1000, 200.0), "AxiController": (1060, 192.0)}
+
+    def fake_measure(factory, module, work, **options):
+        component = factory()
+        kind = type(component).__name__
+        measured.append((module, kind, pathlib.Path(work).name, options["seeds"],
+                         options.get("floorplan_rows")))
+        lut4, fmax = figures.get(kind, (10, 300.0))
+        cells = parse_synth_stat({"design": {"num_cells_by_type": {
+            "LUT4": lut4, "TRELLIS_FF": 8}}})
+        run = dict(parse_nextpnr_report(NEXTPNR_REPORT), fmax_mhz=fmax)
+        entry = {"grade": "LFE5U-85F", "speed": 6, "fmax_median_mhz": fmax,
+                 "seeds": [{"seed": 1, "fmax_mhz": fmax}],
+                 "utilization": utilization(cells, run, GRADES["s6"])}
+        return {"module": module, "work": str(work), "grades": {"s6": entry}, "cells": cells,
+                "area": utilization(cells, None, GRADES["s6"])}
+
+    monkeypatch.setattr(cli, "_measure_block", fake_measure)
+    monkeypatch.setattr(cli, "_timing_model", lambda *args, **kwargs: TIMING_MODEL)
+    assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    small = PRESETS["small"].name
+    assert [m[:2] for m in measured] == [(f"nfabric_{small}", "Controller"),
+                                         (f"nfabric_axi_{small}", "AxiController")]
+    assert measured[0][3:] == measured[1][3:]  # the same seeds and floorplan
+    text = (tmp_path / "report.md").read_text()
+    assert "## AXI top" in text
+    assert "| Fmax LFE5U-85F-6 | 200.0 MHz | 192.0 MHz | -4.0% | met |" in text
+    assert "| LUT4 | 1,000 | 1,060 | +60 (+6.0%) | missed |" in text
+    figures["AxiController"] = (1040, 180.0)
+    assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates",
+                     "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| Fmax LFE5U-85F-6 | 200.0 MHz | 180.0 MHz | -10.0% | missed |" in text
+    assert "| LUT4 | 1,000 | 1,040 | +40 (+4.0%) | met |" in text
+    # --no-axi leaves it out.
+    measured.clear()
+    assert cli.main(["ecp5", "--quick", "--no-blocks", "--no-gates", "--no-axi",
+                     "--out", str(tmp_path)]) == 0
+    assert [m[1] for m in measured] == ["Controller"]

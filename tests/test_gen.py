@@ -1,6 +1,7 @@
 """Verilog generation: deterministic files, a manifest that matches the ports, clean checks,
 and Verilog that another flow takes in with the file list and Verilator configuration alone."""
 
+import dataclasses
 import json
 import os
 import re
@@ -8,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from amaranth.hdl import Value
+from amaranth.hdl import Shape, Value
 from amaranth.lib import wiring
 
 from neuron_fabric.gen.check import LINT_MODES, icarus_compile, verilator_lint
@@ -34,10 +35,32 @@ def generated(tmp_path_factory):
     for run in ("first", "second"):
         cwd = tmp_path_factory.mktemp(f"cwd_{run}")
         out = tmp_path_factory.mktemp(f"out_{run}")
-        result = run_gen("--preset", "small", "--out", str(out), cwd=cwd)
+        result = run_gen("--preset", "small", "--no-axi", "--out", str(out), cwd=cwd)
         assert result.returncode == 0, result.stderr
         assert f"results in {out / SMALL.name}/" in result.stdout
+        assert not (out / f"axi_{SMALL.name}").exists()
         outs.append(out / SMALL.name)
+    return outs
+
+
+@pytest.fixture(scope="module")
+def generated_axi(tmp_path_factory):
+    """The small preset's AXI top generated twice, from two different folders into two
+    others (the waiver test runs the command line that writes it beside the native top)."""
+    from neuron_fabric.gen.axi import axi_folder_name
+
+    outs = []
+    for run in ("first", "second"):
+        cwd = tmp_path_factory.mktemp(f"axi_cwd_{run}")
+        out = tmp_path_factory.mktemp(f"axi_out_{run}") / axi_folder_name(SMALL)
+        env = dict(os.environ, PYTHONHASHSEED="random")
+        result = subprocess.run(
+            [sys.executable, "-c", "import sys; from neuron_fabric.gen.axi import generate_axi; "
+             "from neuron_fabric.golden.params import PRESETS; "
+             "generate_axi(PRESETS['small'], sys.argv[1])", str(out)],
+            cwd=cwd, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        outs.append(out)
     return outs
 
 
@@ -253,6 +276,7 @@ def test_the_verilator_config_holds_every_waiver_needed_and_no_other(generated, 
     filling = tmp_path / "filling"
     result = run_gen("--preset", "small", "--counter-bits", "2", "--out", str(filling),
                      cwd=tmp_path)
+    filling_name = dataclasses.replace(SMALL, counter_bits=2).name
     assert result.returncode == 0, result.stderr
     planted = tmp_path / "no_waivers.vlt"   # the configuration without its waivers
     planted.write_text("`verilator_config\n")
@@ -261,6 +285,8 @@ def test_the_verilator_config_holds_every_waiver_needed_and_no_other(generated, 
         return run(["verilator", "--lint-only", "-Wall", *options, str(vlt), "-F", str(file_list)],
                    cwd=tmp_path, env=verilator_env(default_verilator_root()))
 
+    # The command line writes the AXI top beside the native one, linted by the same rules.
+    assert sorted(p.name for p in filling.iterdir()) == [f"axi_{filling_name}", filling_name]
     missed = set()
     for folder in (generated[0], *filling.iterdir()):
         _, file_list, config = dropin_files(folder)
@@ -271,3 +297,43 @@ def test_the_verilator_config_holds_every_waiver_needed_and_no_other(generated, 
             assert rc != 0, mode
             missed |= set(re.findall(r"^%Warning-(\w+):", log, re.MULTILINE))
     assert missed == set(LINT_WAIVERS)
+
+
+def test_the_axi_top_is_byte_identical_from_different_folders(generated_axi):
+    """The AXI top's Verilog, file list, configuration, register reference and manifest, the
+    same bytes from either folder, and clean checks."""
+    from neuron_fabric.gen.axi import AXI_ROLE
+
+    first, second = generated_axi
+    names = sorted(p.name for p in first.iterdir())
+    module = f"nfabric_axi_{SMALL.name}"
+    assert names == sorted([f"{module}.v", f"{module}.f", f"{module}.vlt", "registers.md",
+                            "manifest.json"])
+    for name in names:
+        assert (first / name).read_bytes() == (second / name).read_bytes(), name
+    assert str(first) not in "".join((first / n).read_text() for n in names)
+    manifest = load_manifest(first)
+    assert manifest["top"] == manifest["blocks"][AXI_ROLE]["module"] == module
+    assert manifest["axi"]["worker_from"] == "address"
+    config = first / manifest["verilator_config"]
+    icarus_compile(first / f"{module}.v", module=module)
+    verilator_lint(first / f"{module}.v", module=module, config=config)
+
+
+def test_the_axi_manifest_ports_are_the_components_axi_signals(generated_axi):
+    from neuron_fabric.gen.axi import AXI_ID_WIDTH
+    from neuron_fabric.hw.axi_controller import AxiController
+
+    manifest = load_manifest(generated_axi[0])
+    ports = {p["name"]: (p["direction"], p["width"])
+             for p in manifest["blocks"]["axi_controller"]["ports"]}
+    top = AxiController(params=SMALL, id_width=AXI_ID_WIDTH)
+    want = {name: ("input" if member.flow is wiring.In else "output",
+                   Shape.cast(member.shape).width)
+            for name, member in top.signature.members.items()}
+    assert ports == {**want, "clk": ("input", 1), "rst": ("input", 1)}
+    assert {"s_axi_awvalid", "m_axi_arready", "s_axil_rdata"} <= set(ports)
+    fields = manifest["axi"]["data_address"]
+    assert [name for name, _ in sorted(fields.items(), key=lambda f: f[1][0])] == [
+        "offset", "line", "worker", "clear"]
+    assert fields["line"] == [4, 32]    # 16-byte lines
