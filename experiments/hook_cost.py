@@ -4,7 +4,7 @@ The traffic count (:mod:`neuron_fabric.experiments.traffic_scale`) says what a r
 the wire; this says what it costs on the host. For each model, ``workers`` real gloo processes
 on this machine run DDP-like steps: the gradients are synthetic (seeded normal values, one
 scale per parameter, different on every worker), laid out in DDP's buckets of a step after the
-first (:func:`~neuron_fabric.experiments.traffic_scale.ddp_buckets`), and each bucket is handed
+first (:func:`~neuron_fabric.host.hooks.ddp_buckets`), and each bucket is handed
 to the hook as DDP hands it, in bucket order, followed by the step's loss all-reduce. Settings:
 
 - ``fp32``: :func:`~neuron_fabric.host.hooks.fp32_hook`, the reference (DDP's own all-reduce);
@@ -118,13 +118,12 @@ def plan(model_name, model, *, settings=None, world_size=4, caps=None, bucket_ca
     ``settings``: name to :class:`~neuron_fabric.host.runtime.Profile` (default: the shipped
     profiles named in :data:`SETTINGS`).
     """
-    from . import traffic_scale  # the bucket layout; imported late, it imports this module
 
     caps = _runtime.DeviceCaps.from_params() if caps is None else caps
     if settings is None:
         settings = {name: _runtime.load_profile(name) for name in SETTINGS}
     regions = _roles.classify(model)
-    _, later = traffic_scale.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
+    _, later = _hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
     chosen = {}
     for name, profile in settings.items():
         policy = _runtime.RuntimePolicy(profile, roles=regions, world_size=world_size, caps=caps)

@@ -48,8 +48,6 @@ import pathlib
 import sys
 import time
 
-import torch.distributed as dist
-
 from . import hook_cost, scale_models
 from ..golden.formats import Readout
 from ..host import hooks as _hooks
@@ -57,7 +55,7 @@ from ..host import roles as _roles
 from ..host import runtime as _runtime
 from ..golden.validate import check_int
 
-__all__ = ["PAPER_DEVICE_SHARE", "HEAD_FP32_VARIANTS", "profiles", "ddp_buckets", "count_step",
+__all__ = ["PAPER_DEVICE_SHARE", "HEAD_FP32_VARIANTS", "profiles", "count_step",
            "measure", "run", "markdown", "plot", "write_report", "main"]
 
 #: The first paper's device-traffic range for low-bit backbones with the head on FP32.
@@ -78,29 +76,6 @@ def profiles():
             name=name, routes={_roles.HEAD: _runtime.FP32},
             description=f"{out[base].description.rstrip('.')}, except the head on FP32.")
     return out
-
-
-def ddp_buckets(model, *, bucket_cap_mb=None):
-    """DDP's bucket layouts for ``model``: ``(first_step, later_steps)``, each a list of
-    buckets, each a list of ``(name, numel)``.
-
-    ``bucket_cap_mb`` None is DDP's default (25 MiB, first rebuilt bucket 1 MiB). Works on
-    ``meta`` parameters.
-    """
-    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
-    if bucket_cap_mb is None:
-        caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
-    else:
-        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
-                or not bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb must be a positive number, not {bucket_cap_mb!r}")
-        caps = [int(bucket_cap_mb * 1024 * 1024)]
-    first = [[(name, param.numel()) for name, param in named]]
-    ready = named[::-1]
-    indices, _ = dist._compute_bucket_assignment_by_size(
-        [param for _, param in ready], caps, [False] * len(ready))
-    later = [[(ready[i][0], ready[i][1].numel()) for i in bucket] for bucket in indices]
-    return first, later
 
 
 def count_step(meter, buckets, routes, *, profile, caps, world_size, fp32_hook=False):
@@ -156,7 +131,8 @@ def measure(model, profile, *, steps=1000, world_size=4, caps=None, bucket_cap_m
     world_size = check_int("world_size", world_size, low=1)
     caps = _runtime.DeviceCaps.from_params() if caps is None else caps
     roles = _roles.classify(model) if roles is None else roles
-    first, later = ddp_buckets(model, bucket_cap_mb=bucket_cap_mb) if buckets is None else buckets
+    first, later = (_hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb) if buckets is None
+                    else buckets)
     policy = _runtime.RuntimePolicy(profile, roles=roles, world_size=world_size, caps=caps)
     # An all-FP32 profile runs on fp32_hook, as the training checks run their FP32 arm.
     fp32_hook = not profile.low_bit_routes
@@ -211,7 +187,7 @@ def run(models=None, *, profile_set=None, steps=1000, world_size=4, caps=None,
     for model_name, model in models.items():
         started = time.perf_counter()
         roles = _roles.classify(model)
-        buckets = ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
+        buckets = _hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
         total = scale_models.count_parameters(model)
         entry = {
             "parameters": total,

@@ -32,7 +32,8 @@ from ..golden.params import PRESETS
 from ..gen.verilog import TOP_ROLE
 from ..hw.controller import TILE_LANES
 from . import report as _report
-from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers
+from ..gen.tools import ToolError
+from .ecp5 import GRADES, NotRun, measure, port_registers
 from .floorplan import check_rows, default_rows
 
 #: What the 512-bit, 16-worker top must reach (median over seeds; LUT4 with carry cells

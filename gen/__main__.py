@@ -14,8 +14,9 @@ import sys
 import time
 
 from ..golden.params import PRESETS
-from .check import CheckError, icarus_compile, verilator_lint
-from .verilog import MAX_READS, ToolError, generate
+from .check import icarus_compile, verilator_lint
+from .tools import ToolError
+from .verilog import MAX_READS, generate
 
 
 def _parser():
@@ -71,7 +72,7 @@ def main(argv=None):
                 icarus_compile(out / block["file"], module=block["module"])
                 verilator_lint(out / block["file"], module=block["module"], config=config)
                 print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
-        except (CheckError, RuntimeError) as error:
+        except ToolError as error:
             print(f"gen: {error}", file=sys.stderr)
             return 1
     print(f"gen: done in {time.perf_counter() - started:.1f} s; results in {out}/")

@@ -21,6 +21,7 @@ from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
                                      synthesize, utilization)
 from neuron_fabric.fpga.floorplan import default_rows
+from neuron_fabric.gen.tools import ToolError
 from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
@@ -191,7 +192,7 @@ def test_seeds_and_grades_are_placed_in_parallel_and_reported_in_order(monkeypat
     def fake_pnr(*, work, grade, seed, **options):
         barrier.wait()
         if seed == 3:
-            raise ecp5.ToolError("nextpnr ran past 1 s")
+            raise ToolError("nextpnr ran past 1 s")
         report = json.loads(json.dumps(NEXTPNR_REPORT))
         report["fmax"]["clk"]["achieved"] = 100.0 * grade.speed + seed
         return report, 1.0
@@ -651,7 +652,7 @@ def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
     from neuron_fabric.fpga import ecp5
 
     sleeper = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
-    with pytest.raises(ecp5.ToolError, match="ran past 1 s"):
+    with pytest.raises(ToolError, match="ran past 1 s"):
         ecp5.run_tool([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
                       timeout=1)
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
@@ -1296,7 +1297,8 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     the control plane, then per tile); Yosys merges identical registers unless they are
     kept, and a merged copy would drive every tile again."""
     from amaranth.back import rtlil
-    from neuron_fabric.fpga.ecp5 import PREPARE, tool
+    from neuron_fabric.fpga.ecp5 import PREPARE
+    from neuron_fabric.gen.tools import tool
     from neuron_fabric.hw.controller import Controller
 
     design = Controller(params=PRESETS["small"], tile_lanes=16, group_lanes=8)

@@ -15,7 +15,7 @@ from neuron_fabric.gen.check import LINT_MODES, icarus_compile, verilator_lint
 from neuron_fabric.gen.verilog import LINT_WAIVERS, blocks, load_manifest
 from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.golden.regmap import register_map
-from neuron_fabric.sim.toolchain import check_iverilog, default_verilator_root, verilator_env
+from neuron_fabric.gen.tools import check_iverilog, default_verilator_root, verilator_env
 
 SMALL = PRESETS["small"]
 

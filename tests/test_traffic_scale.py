@@ -218,7 +218,7 @@ def test_bucket_layout_is_the_one_ddp_builds(tmp_path):
             ddp(torch.randn(4, 16)).sum().backward()
     finally:
         dist.destroy_process_group()
-    first, later = traffic_scale.ddp_buckets(model, bucket_cap_mb=0.05)
+    first, later = hooks.ddp_buckets(model, bucket_cap_mb=0.05)
     assert len(later) > 1
     assert sorted(seen[0]) == sorted(sorted(n for n, _ in b) for b in first)
     assert sorted(seen[1]) == sorted(seen[2]) == sorted(sorted(n for n, _ in b) for b in later)
