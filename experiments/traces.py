@@ -189,11 +189,8 @@ def main(argv=None):
     written = []
     for workload in chosen:
         say(f"traces: {workload}: training on {args.workers} workers (seed {args.seed})")
-        try:
-            npz_path = capture(workload, args.out, workers=args.workers, seed=args.seed,
-                               log=say, **overrides)
-        except (TypeError, ValueError) as error:
-            parser.error(f"{workload}: {error}")
+        npz_path = capture(workload, args.out, workers=args.workers, seed=args.seed, log=say,
+                           **overrides)
         json_path = npz_path.with_suffix(".json")
         with open(json_path, encoding="utf-8") as handle:
             final = json.load(handle)["final_metric"]

@@ -53,7 +53,7 @@ from ..golden.formats import Readout
 from ..host import hooks as _hooks
 from ..host import roles as _roles
 from ..host import runtime as _runtime
-from ..golden.validate import check_int
+from ..golden.validate import check_int, int_argument
 
 __all__ = ["PAPER_DEVICE_SHARE", "HEAD_FP32_VARIANTS", "profiles", "count_step",
            "measure", "run", "markdown", "plot", "write_report", "main"]
@@ -333,6 +333,16 @@ def write_report(report, out):
     return paths
 
 
+def _bucket_cap(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"bucket cap must be a positive number, not {text!r}")
+    return value
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m neuron_fabric.experiments.traffic_scale",
@@ -340,14 +350,15 @@ def _parser():
                     "on full-size models, as the DDP hooks count them.")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/traffic"),
                         help="folder for report.json, report.md, traffic.png")
-    parser.add_argument("--steps", type=int, default=1000,
+    parser.add_argument("--steps", type=int_argument("steps", low=1), default=1000,
                         help="steps in the schedule, warm-up included (default 1000)")
-    parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+    parser.add_argument("--workers", type=int_argument("workers", low=1, high=64), default=4,
+                        help="workers (default 4)")
+    parser.add_argument("--bucket-cap-mb", type=_bucket_cap, default=None,
                         help="DDP bucket cap in MiB (default: DDP's own, 25 with a 1 MiB first)")
     parser.add_argument("--models", nargs="+", choices=scale_models.MODELS,
                         default=list(scale_models.MODELS), help="models (default: all)")
-    parser.add_argument("--hook-steps", type=int, default=3,
+    parser.add_argument("--hook-steps", type=int_argument("hook steps", low=1), default=3,
                         help="timed steps per setting of the hook cost, after one warm-up "
                              "(default 3)")
     parser.add_argument("--no-hook-cost", action="store_true",
@@ -362,13 +373,9 @@ def main(argv=None):
     started = time.perf_counter()
     print(f"traffic-scale: {len(args.models)} models, {len(profiles())} profiles, "
           f"{args.steps} steps, {args.workers} workers", flush=True)
-    try:
-        models = {name: scale_models.build(name) for name in args.models}
-        report = run(models, steps=args.steps, world_size=args.workers,
-                     bucket_cap_mb=args.bucket_cap_mb,
-                     log=lambda line: print(line, flush=True))
-    except (TypeError, ValueError) as error:
-        parser.error(str(error))
+    models = {name: scale_models.build(name) for name in args.models}
+    report = run(models, steps=args.steps, world_size=args.workers,
+                 bucket_cap_mb=args.bucket_cap_mb, log=lambda line: print(line, flush=True))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = write_report(report, args.out)
     print(f"traffic-scale: traffic counted in {report['seconds']} s; wrote "
@@ -377,12 +384,9 @@ def main(argv=None):
         print(f"traffic-scale: hook cost, {args.workers} workers, {len(hook_cost.SETTINGS)} "
               f"settings, 1 warm-up and {args.hook_steps} timed steps each (a minute or two; "
               f"--no-hook-cost skips it)", flush=True)
-        try:
-            costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
-                                  bucket_cap_mb=args.bucket_cap_mb,
-                                  log=lambda line: print(line, flush=True))
-        except (TypeError, ValueError) as error:
-            parser.error(str(error))
+        costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
+                              bucket_cap_mb=args.bucket_cap_mb,
+                              log=lambda line: print(line, flush=True))
         paths = hook_cost.write_report(costs, args.out)
         print(f"traffic-scale: hook cost measured in {costs['seconds']} s; wrote "
               f"{', '.join(str(p) for p in paths)}")

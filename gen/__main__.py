@@ -45,8 +45,6 @@ def main(argv=None):
                  if getattr(args, name) is not None}
     try:
         params = dataclasses.replace(PRESETS[args.preset], **overrides)
-        if "max_workers" in overrides and "counter_bits" not in overrides:
-            params = dataclasses.replace(params, counter_bits=None)
     except (TypeError, ValueError) as error:
         print(f"gen: bad parameters: {error}", file=sys.stderr)
         return 2
@@ -54,7 +52,7 @@ def main(argv=None):
     started = time.perf_counter()
     try:
         manifest = generate(params, out, max_reads=args.max_reads)
-    except (TypeError, ValueError, ToolError) as error:
+    except ToolError as error:
         print(f"gen: {error}", file=sys.stderr)
         return 1
     for block in manifest["blocks"].values():

@@ -46,7 +46,9 @@ HARNESS_SOURCE = pathlib.Path(__file__).with_name("harness.cpp")
 LIBRARY_NAME = "libnfharness.so"
 
 #: Verilator options of every build: a single-threaded model without assertions, tracing or
-#: X randomisation (the top resets every register it reads), optimised by the C++ compiler.
+#: X randomisation, optimised by the C++ compiler. Registers without a reset start at 0; the
+#: top does not depend on what they hold before a reset: the tiles wait out the words formed
+#: before it, and the sweep after it rewrites every slot (docs/design.md, "Clearing").
 BUILD_OPTIONS = ("--cc", "--prefix", "Vtop", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                  "--noassert", "-Wno-fatal", "--no-timing",
                  "-CFLAGS", "-fPIC -O3", "-LDFLAGS", "-shared")

@@ -1209,6 +1209,17 @@ def test_a_tile_width_the_line_does_not_divide_is_refused_before_any_run(monkeyp
         capsys.readouterr().err
 
 
+def test_a_fault_in_the_flow_shows_its_traceback(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    def faulty(*args, **kwargs):
+        raise ValueError("a fault in the flow")
+
+    monkeypatch.setattr(cli, "_measure_block", faulty)
+    with pytest.raises(ValueError, match="a fault in the flow"):
+        cli.main(["ecp5", "--quick", "--no-gates", "--out", str(tmp_path)])
+
+
 def test_the_memory_note_counts_block_ram_per_tile_and_the_bitmaps(tmp_path):
     from neuron_fabric.fpga import __main__ as cli
 

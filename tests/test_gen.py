@@ -271,3 +271,19 @@ def test_the_verilator_config_holds_every_waiver_needed_and_no_other(generated, 
             assert rc != 0, mode
             missed |= set(re.findall(r"^%Warning-(\w+):", log, re.MULTILINE))
     assert missed == set(LINT_WAIVERS)
+
+
+def test_the_command_line_refuses_bad_parameters_and_shows_a_fault_whole(monkeypatch, capsys,
+                                                                         tmp_path):
+    from neuron_fabric.gen import __main__ as cli
+
+    assert cli.main(["--preset", "small", "--max-workers", "1", "--out", str(tmp_path)]) == 2
+    assert "gen: bad parameters: max_workers must be between 2 and 64, not 1" in \
+        capsys.readouterr().err
+
+    def faulty(*args, **kwargs):
+        raise ValueError("a fault in the generator")
+
+    monkeypatch.setattr(cli, "generate", faulty)
+    with pytest.raises(ValueError, match="a fault in the generator"):
+        cli.main(["--preset", "small", "--out", str(tmp_path)])
