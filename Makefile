@@ -19,7 +19,7 @@ export VERILATOR_ROOT_DIR := $(abspath $(TOOLS))/verilator
 # The capture depends on the workloads, the roles and the file format, nothing else.
 TRACE_SOURCES := experiments/workloads.py host/roles.py experiments/traces.py
 
-.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog formal sim sim-long train-rtl fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results clean distclean help
+.PHONY: all test test-all setup venv tools iverilog verilator yowasp traces bench-golden verilog formal sim sim-long train-rtl fpga-quick fpga-ecp5 fpga-sweep combiner-eval train-check traffic-scale results readme-results clean distclean help
 
 help:
 	@echo "make all           set up, then run the main job (Verilog, simulation, ECP5 check, training checks)"
@@ -46,11 +46,13 @@ help:
 	@echo "make train-check   DDP training checks (FP32 / low-bit / runtime policy) under $(BUILD)/train/"
 	@echo "make traffic-scale traffic of every profile on ResNet-18/50, DistilBERT, GPT-2, then the hooks' step time"
 	@echo "                   with 4 workers ($(BUILD)/traffic/, a minute or two; TRAFFIC_ARGS=--no-hook-cost: seconds)"
-	@echo "make results       rewrite the README's results table from the reports under $(BUILD)/"
+	@echo "make results       print the results table from the reports under $(BUILD)/ into $(BUILD)/results.md"
+	@echo "make readme-results rewrite the README's results table from those reports; a row whose report"
+	@echo "                   is absent keeps its line"
 	@echo "make setup         venv + iverilog + relocated Verilator + warmed YoWASP"
 
 all: setup verilog traces sim bench-golden fpga-quick combiner-eval train-check train-rtl results
-	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/, train-rtl/)"
+	@echo "make all: done; results are under $(BUILD)/ (verilog/, traces/, sim/, bench/, fpga-quick/, combiner/, train/, train-rtl/), the table in $(BUILD)/results.md"
 
 # ---------------------------------------------------------------------------- set-up
 
@@ -165,9 +167,16 @@ $(BUILD)/train/report.json: $(VENV)/.installed $(TRAIN_SOURCES)
 traffic-scale: venv
 	$(PY) -m neuron_fabric.experiments.traffic_scale --out $(BUILD)/traffic $(TRAFFIC_ARGS)
 
-# The README's results table, rewritten between its markers from the reports under $(BUILD)/;
-# a report not written yet shows as "not measured yet" with the target that writes it.
+# The results table from the reports under $(BUILD)/, printed and written to
+# $(BUILD)/results.md; a report not written yet shows as "not measured yet" with the target
+# that writes it. The checkout is left as it was: `make all` ends here.
 results: venv
+	$(PY) -m neuron_fabric.experiments.results --build $(BUILD) --out $(BUILD)/results.md
+
+# The README's table, rewritten between its markers from the same reports; a row whose
+# report is absent keeps the line the README has (the 512-bit rows come from `make fpga-ecp5`,
+# which `make all` does not run).
+readme-results: venv
 	$(PY) -m neuron_fabric.experiments.results --build $(BUILD) --readme README.md
 
 # Verilog of every block and the top, the top's file list and Verilator configuration (its

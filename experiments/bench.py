@@ -254,9 +254,9 @@ def _twin_markdown(results):
     devices = list(results["twin"])
     golden = results["golden_rows_s"]
     n = results["elements"]
-    rows = ["", f"PyTorch twin (`neuron_fabric.host.lanes`) beside the golden model, same data, "
-                f"one thread, G elements (lanes) per second; the ratio is the golden model's "
-                f"time over the twin's:", "",
+    rows = ["", "PyTorch twin (`neuron_fabric.host.lanes`) beside the golden model, same data, "
+                "one thread, G elements (lanes) per second; the ratio is the golden model's "
+                "time over the twin's:", "",
             "| Operation | golden | " + " | ".join(f"twin, {d}" for d in devices) + " |",
             "|---|---:|" + "---:|" * len(devices)]
     for key, label in TWIN_ROWS:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..golden import combiner
 from . import traces as traces_module
-from ..golden.validate import check_int
+from ..golden.validate import check_int, int_argument
 
 __all__ = ["SEED_REPORTED", "SEED_PARAMS", "seed_stream", "quantize", "trace_stream",
            "replay", "evaluate", "main"]
@@ -377,7 +377,7 @@ def _parser():
                         help="folder with the captured traces (default build/traces)")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/combiner"),
                         help="folder for report.json, report.md, reduction.png")
-    parser.add_argument("--steps", type=int, default=2,
+    parser.add_argument("--steps", type=int_argument("steps", low=1), default=2,
                         help="captured steps replayed per workload (default 2: first, last)")
     parser.add_argument("--quick", action="store_true", help="a smaller sweep")
     return parser
@@ -394,8 +394,6 @@ def main(argv=None):
     except FileNotFoundError as error:
         print(f"combiner-eval: error: {error}", file=sys.stderr)
         return 2
-    except (TypeError, ValueError) as error:
-        parser.error(str(error))
     args.out.mkdir(parents=True, exist_ok=True)
     report["seconds"] = round(time.perf_counter() - started, 1)
     (args.out / "report.json").write_text(json.dumps(report, indent=1) + "\n",

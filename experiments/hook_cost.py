@@ -4,7 +4,7 @@ The traffic count (:mod:`neuron_fabric.experiments.traffic_scale`) says what a r
 the wire; this says what it costs on the host. For each model, ``workers`` real gloo processes
 on this machine run DDP-like steps: the gradients are synthetic (seeded normal values, one
 scale per parameter, different on every worker), laid out in DDP's buckets of a step after the
-first (:func:`~neuron_fabric.experiments.traffic_scale.ddp_buckets`), and each bucket is handed
+first (:func:`~neuron_fabric.host.hooks.ddp_buckets`), and each bucket is handed
 to the hook as DDP hands it, in bucket order, followed by the step's loss all-reduce. Settings:
 
 - ``fp32``: :func:`~neuron_fabric.host.hooks.fp32_hook`, the reference (DDP's own all-reduce);
@@ -160,7 +160,6 @@ def plan(model_name, model, *, settings=None, world_size=4, caps=None, bucket_ca
     ``settings``: name to :class:`~neuron_fabric.host.runtime.Profile`, or to a ``(hook name,
     rank)`` entry of :data:`STOCK` (default: :func:`default_settings`).
     """
-    from . import traffic_scale  # the bucket layout; imported late, it imports this module
 
     caps = _runtime.DeviceCaps.from_params() if caps is None else caps
     if settings is None:
@@ -169,7 +168,7 @@ def plan(model_name, model, *, settings=None, world_size=4, caps=None, bucket_ca
         raise ValueError(f"lanes must be one of {', '.join(map(repr, _hooks.LANES))}, "
                          f"not {lanes!r}")
     regions = _roles.classify(model)
-    _, later = traffic_scale.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
+    _, later = _hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
     chosen = {}
     for name, profile in settings.items():
         if isinstance(profile, tuple):

@@ -20,11 +20,16 @@ Reads the JSON reports the ``make`` targets write under ``--build``:
 - ``traffic/hook_cost.json`` (``make traffic-scale``): the DDP hooks' step against the FP32
   all-reduce's.
 
-With ``--readme``, the table replaces what lies between the two markers :data:`BEGIN` and
-:data:`END` in that file, and nothing else; without it, the table is printed. A row whose
+The table is printed, and with ``--out`` written to that file too (``make results``, which
+``make all`` runs, writes ``build/results.md`` and leaves the checkout alone). A row whose
 report is absent reads "not measured yet" and names the ``make`` target that measures it; a
 report that lacks the part a row needs, or cannot be read, says so in the row. The table
 holds no date or timing of its own, so the same reports always give the same file.
+
+With ``--readme`` (``make readme-results``), the table replaces what lies between the two
+markers :data:`BEGIN` and :data:`END` in that file, and nothing else; a row whose report is
+absent keeps the line the file already has, so a machine that ran only some targets does
+not wipe the figures measured elsewhere.
 
 Exit status: 0 when the table was written or printed, 2 when the README has no markers.
 """
@@ -36,11 +41,11 @@ import os
 import pathlib
 import sys
 
-__all__ = ["BEGIN", "END", "SOURCES", "ROWS", "Missing", "table", "rewrite", "update_readme",
-           "main"]
+__all__ = ["BEGIN", "END", "SOURCES", "ROWS", "Missing", "table", "table_rows", "rewrite",
+           "update_readme", "main"]
 
 #: The markers around the table in the README.
-BEGIN = "<!-- results: begin (written by `make results` from the reports; edits here are lost) -->"
+BEGIN = "<!-- results: begin (written by `make readme-results`; edits here are lost) -->"
 END = "<!-- results: end -->"
 
 
@@ -322,18 +327,24 @@ def _shown(path, relative_to):
         return path.as_posix()
 
 
-def table(build, *, relative_to=None):
+def table(build, *, relative_to=None, keep=None):
     """The results table (Markdown, no trailing newline) from the reports under ``build``.
 
     ``relative_to`` is the folder the report paths are shown relative to (the README's).
+    ``keep`` maps a row's label to a line of an earlier table (:func:`table_rows`); a row
+    whose report is absent takes that line as it is instead of "not measured yet".
     """
     build = pathlib.Path(build)
+    keep = keep or {}
     reports = {key: _load(build / source.json) for key, source in SOURCES.items()}
     lines = ["| Result | Measured | Report |", "|---|---|---|"]
     for label, key, value in ROWS:
         source = SOURCES[key]
         report = reports[key]
         make = f"`make {source.target}`"
+        if report is None and label in keep:
+            lines.append(keep[label])
+            continue
         if report is None:
             text = f"not measured yet ({make})"
         elif isinstance(report, str):
@@ -345,6 +356,20 @@ def table(build, *, relative_to=None):
                 text = f"not in the report yet ({missing}; {make})"
         lines.append(f"| {label} | {text} | `{_shown(build / source.note, relative_to)}` |")
     return "\n".join(lines)
+
+
+def table_rows(text):
+    """``{label: line}`` of the data rows of the table between the markers of ``text``
+    (empty when the markers are missing)."""
+    start, stop = text.find(BEGIN), text.find(END)
+    if start < 0 or stop < start:
+        return {}
+    rows = {}
+    for line in text[start + len(BEGIN):stop].splitlines():
+        label = line.strip().strip("|").split(" | ")[0].strip()
+        if line.startswith("|") and label not in ("", "Result") and not label.startswith("---"):
+            rows[label] = line
+    return rows
 
 
 def rewrite(text, new_table, *, name="README"):
@@ -365,10 +390,12 @@ def rewrite(text, new_table, *, name="README"):
 
 
 def update_readme(readme, build):
-    """Rewrite the table in the file ``readme`` from ``build``; return True if it changed."""
+    """Rewrite the table in the file ``readme`` from ``build``, keeping the line of every row
+    whose report is absent; return True if the file changed."""
     readme = pathlib.Path(readme)
     old = readme.read_text(encoding="utf-8")
-    new = rewrite(old, table(build, relative_to=readme.resolve().parent), name=str(readme))
+    new = rewrite(old, table(build, relative_to=readme.resolve().parent, keep=table_rows(old)),
+                  name=str(readme))
     if new != old:
         readme.write_text(new, encoding="utf-8")
     return new != old
@@ -379,13 +406,21 @@ def main(argv=None):
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--build", type=pathlib.Path, default=pathlib.Path("build"),
                         help="folder the make targets write their reports to (default: build)")
+    parser.add_argument("--out", type=pathlib.Path, default=None,
+                        help="file to write the table to, besides printing it")
     parser.add_argument("--readme", type=pathlib.Path, default=None,
-                        help="file whose table to rewrite between the markers (default: print)")
+                        help="file whose table to rewrite between the markers, keeping the rows "
+                             "whose report is absent")
     args = parser.parse_args(argv)
     absent = sorted({SOURCES[key].target for _, key, _ in ROWS
                      if not (args.build / SOURCES[key].json).is_file()})
     if args.readme is None:
-        print(table(args.build))
+        text = table(args.build)
+        print(text)
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text + "\n", encoding="utf-8")
+            print(f"results: table written to {args.out}")
     else:
         try:
             changed = update_readme(args.readme, args.build)
@@ -393,7 +428,10 @@ def main(argv=None):
             print(f"results: {error}", file=sys.stderr)
             return 2
         print(f"results: table in {args.readme} {'rewritten' if changed else 'unchanged'} "
-              f"from the reports under {args.build}/")
+              f"from the reports under {args.build}/"
+              + (f"; rows without a report kept as they were "
+                 f"({', '.join(f'make {t}' for t in absent)})" if absent else ""))
+        return 0
     if absent:
         print(f"results: not measured yet: {', '.join(f'make {t}' for t in absent)}")
     return 0

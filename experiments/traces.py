@@ -18,8 +18,9 @@ The manifest holds everything needed to capture the same trace again
 (``capture(m["workload"], d, workers=m["workers"], seed=m["seed"], steps=m["steps"],
 **m["config"])``); on the same machine and software that gives identical arrays.
 
-:func:`load` reads a trace back as a :class:`Trace`. This module imports PyTorch only inside
-:func:`capture`, so loading needs NumPy only.
+:func:`load` reads a trace back as a :class:`Trace` (both are
+:mod:`neuron_fabric.host.traces`'s, where the file format is read with NumPy alone). This
+module imports PyTorch only inside :func:`capture`.
 
 Command line::
 
@@ -40,156 +41,10 @@ import time
 import numpy as np
 
 from ..golden.validate import check_int
-from ..host.roles import ROLES, check_roles
+from ..host.roles import ROLES
+from ..host.traces import FORMAT, WORKLOADS, Param, Trace, check_workload, load, trace_paths
 
 __all__ = ["WORKLOADS", "FORMAT", "Param", "Trace", "capture", "load", "main"]
-
-#: Workloads that :func:`capture` knows (the same tuple as ``workloads.WORKLOADS``, repeated
-#: here so that it is available without PyTorch).
-WORKLOADS = ("digits_cnn", "char_lm")
-
-#: Version of the file layout written into every manifest; :func:`load` refuses others.
-FORMAT = 1
-
-
-def _check_workload(workload):
-    if workload not in WORKLOADS:
-        raise ValueError(f"workload must be one of {', '.join(WORKLOADS)}, not {workload!r}")
-    return workload
-
-
-@dataclasses.dataclass(frozen=True)
-class Param:
-    """One traced parameter: its ``name`` in ``named_parameters()``, ``role`` (one of
-    :data:`neuron_fabric.host.roles.ROLES`), ``shape`` (tuple) and ``numel``."""
-
-    name: str
-    role: str
-    shape: tuple
-    numel: int
-
-
-class Trace:
-    """A loaded gradient trace (see :func:`load`).
-
-    Members
-    -------
-    workload : str
-        Name of the workload.
-    workers : int
-        Number of workers.
-    steps : list of int
-        The captured training steps; ``step_index`` arguments index this list.
-    params : list of Param
-        The parameters in ``model.named_parameters()`` order.
-    manifest : dict
-        The manifest as read from the JSON file.
-    path : pathlib.Path
-        The ``.npz`` file it was loaded from.
-    """
-
-    def __init__(self, *, manifest, grads, path):
-        self.path = pathlib.Path(path)
-        self.manifest = manifest
-        self.workload = manifest["workload"]
-        self.workers = int(manifest["workers"])
-        self.steps = [int(step) for step in manifest["steps"]]
-        self.params = [Param(p["name"], p["role"], tuple(p["shape"]), int(p["numel"]))
-                       for p in manifest["params"]]
-        self._grads = grads
-        self._index = {param.name: param for param in self.params}
-
-    def __repr__(self):
-        total = sum(param.numel for param in self.params)
-        return (f"<Trace {self.workload}: {len(self.params)} parameters ({total} elements), "
-                f"{self.workers} workers, steps {self.steps}>")
-
-    def grad(self, name):
-        """Return the gradients of parameter ``name``: a read-only ``float32`` array
-        ``(n_steps, n_workers, numel)``. Raises ``ValueError`` for an unknown name."""
-        if name not in self._index:
-            raise ValueError(f"name must be a parameter of the {self.workload} trace "
-                             f"({', '.join(self._index)}), not {name!r}")
-        return self._grads[name]
-
-    def select(self, roles=None):
-        """Return the parameters whose role is in ``roles`` (all when ``None``), in order.
-
-        Raises ``TypeError`` for a single string and ``ValueError`` for an unknown role.
-        """
-        if roles is None:
-            return list(self.params)
-        chosen = check_roles(roles)
-        return [param for param in self.params if param.role in chosen]
-
-    def bucket(self, step_index, worker, roles=None):
-        """Return what one worker's gradient bucket holds at one captured step.
-
-        The result is a new 1-D ``float32`` array: the flat gradients of the parameters in
-        parameter order, concatenated, restricted to ``roles`` when given (an empty array when
-        no parameter has those roles). ``step_index`` indexes :attr:`steps` (it is not a
-        training step number); ``worker`` counts from 0.
-
-        Raises ``TypeError`` for non-integer indices or a single-string ``roles`` and
-        ``ValueError`` for an index out of range or an unknown role.
-        """
-        n_steps = len(self.steps)
-        step_index = check_int("step_index", step_index)
-        if not 0 <= step_index < n_steps:
-            raise ValueError(
-                f"step_index must be between 0 and {n_steps - 1} (an index into Trace.steps "
-                f"{self.steps}, not a training step), not {step_index!r}")
-        worker = check_int("worker", worker, low=0, high=self.workers - 1)
-        chosen = self.select(roles)
-        if not chosen:
-            return np.zeros(0, dtype=np.float32)
-        return np.concatenate([self._grads[param.name][step_index, worker] for param in chosen])
-
-
-def _paths(path):
-    path = pathlib.Path(path)
-    if path.suffix in (".npz", ".json"):
-        path = path.with_suffix("")
-    return path.with_name(path.name + ".npz"), path.with_name(path.name + ".json")
-
-
-def load(path):
-    """Load the trace stored at ``path`` (the ``.npz`` or the ``.json`` file, or their common
-    stem) and return a :class:`Trace` whose arrays are read-only.
-
-    Raises ``FileNotFoundError`` when a file is missing and ``ValueError`` when the manifest
-    has another format version or does not describe the arrays (names, order, shapes, dtype).
-    """
-    npz_path, json_path = _paths(path)
-    for name in (npz_path, json_path):
-        if not name.is_file():
-            raise FileNotFoundError(
-                f"trace file {name} does not exist; capture it with "
-                f"`python -m neuron_fabric.experiments.traces capture --out {name.parent}`")
-    with open(json_path, encoding="utf-8") as handle:
-        manifest = json.load(handle)
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{json_path} must be a trace manifest of format {FORMAT}, not "
-                         f"{manifest.get('format')!r}; capture the trace again")
-    with np.load(npz_path, allow_pickle=False) as archive:
-        grads = {key: archive[key] for key in archive.files}
-    names = [param["name"] for param in manifest["params"]]
-    if sorted(names) != sorted(grads):
-        raise ValueError(f"{npz_path} must hold exactly the parameters its manifest lists; "
-                         f"only in the manifest: {sorted(set(names) - set(grads))}, only in "
-                         f"the archive: {sorted(set(grads) - set(names))}")
-    expected_rows = (len(manifest["steps"]), manifest["workers"])
-    for param in manifest["params"]:
-        array = grads[param["name"]]
-        expected = (*expected_rows, param["numel"])
-        if array.dtype != np.float32 or array.shape != expected or \
-                math.prod(param["shape"]) != param["numel"] or param["role"] not in ROLES:
-            raise ValueError(
-                f"{npz_path}: parameter {param['name']!r} must be float32 of shape {expected} "
-                f"with role in {ROLES} as its manifest says, not {array.dtype} {array.shape} "
-                f"with role {param['role']!r}; capture the trace again")
-        array.setflags(write=False)
-    return Trace(manifest=manifest, grads=grads, path=npz_path)
 
 
 def _size(nbytes):
@@ -233,7 +88,7 @@ def capture(workload, out_dir, *, workers=4, steps=None, seed=0, log=None, **ove
     ``workers < 1`` and other bad values, and ``TypeError`` for an unknown option; nothing is
     trained or written then.
     """
-    _check_workload(workload)
+    check_workload(workload)
     workers = check_int("workers", workers, low=1)
     seed = check_int("seed", seed, low=0)
     from . import workloads
@@ -243,7 +98,7 @@ def capture(workload, out_dir, *, workers=4, steps=None, seed=0, log=None, **ove
                           **overrides)
     out_dir = pathlib.Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    npz_path, json_path = _paths(out_dir / workload)
+    npz_path, json_path = trace_paths(out_dir / workload)
 
     partial = npz_path.with_name(npz_path.name + ".partial")
     with open(partial, "wb") as handle:
@@ -318,7 +173,7 @@ def main(argv=None):
     chosen = list(dict.fromkeys(args.workload or WORKLOADS))
     try:
         for workload in chosen:
-            _check_workload(workload)
+            check_workload(workload)
         check_int("workers", args.workers, low=1)
         check_int("seed", args.seed, low=0)
         if args.train_steps is not None:
@@ -334,11 +189,8 @@ def main(argv=None):
     written = []
     for workload in chosen:
         say(f"traces: {workload}: training on {args.workers} workers (seed {args.seed})")
-        try:
-            npz_path = capture(workload, args.out, workers=args.workers, seed=args.seed,
-                               log=say, **overrides)
-        except (TypeError, ValueError) as error:
-            parser.error(f"{workload}: {error}")
+        npz_path = capture(workload, args.out, workers=args.workers, seed=args.seed, log=say,
+                           **overrides)
         json_path = npz_path.with_suffix(".json")
         with open(json_path, encoding="utf-8") as handle:
             final = json.load(handle)["final_metric"]

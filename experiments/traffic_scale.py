@@ -49,16 +49,14 @@ import pathlib
 import sys
 import time
 
-import torch.distributed as dist
-
 from . import hook_cost, scale_models
 from ..golden.formats import Readout
 from ..host import hooks as _hooks
 from ..host import roles as _roles
 from ..host import runtime as _runtime
-from ..golden.validate import check_int
+from ..golden.validate import check_int, int_argument
 
-__all__ = ["PAPER_DEVICE_SHARE", "HEAD_FP32_VARIANTS", "profiles", "ddp_buckets", "count_step",
+__all__ = ["PAPER_DEVICE_SHARE", "HEAD_FP32_VARIANTS", "profiles", "count_step",
            "measure", "run", "markdown", "plot", "write_report", "main"]
 
 #: The first paper's device-traffic range for low-bit backbones with the head on FP32.
@@ -79,29 +77,6 @@ def profiles():
             name=name, routes={_roles.HEAD: _runtime.FP32},
             description=f"{out[base].description.rstrip('.')}, except the head on FP32.")
     return out
-
-
-def ddp_buckets(model, *, bucket_cap_mb=None):
-    """DDP's bucket layouts for ``model``: ``(first_step, later_steps)``, each a list of
-    buckets, each a list of ``(name, numel)``.
-
-    ``bucket_cap_mb`` None is DDP's default (25 MiB, first rebuilt bucket 1 MiB). Works on
-    ``meta`` parameters.
-    """
-    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
-    if bucket_cap_mb is None:
-        caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
-    else:
-        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
-                or not bucket_cap_mb > 0:
-            raise ValueError(f"bucket_cap_mb must be a positive number, not {bucket_cap_mb!r}")
-        caps = [int(bucket_cap_mb * 1024 * 1024)]
-    first = [[(name, param.numel()) for name, param in named]]
-    ready = named[::-1]
-    indices, _ = dist._compute_bucket_assignment_by_size(
-        [param for _, param in ready], caps, [False] * len(ready))
-    later = [[(ready[i][0], ready[i][1].numel()) for i in bucket] for bucket in indices]
-    return first, later
 
 
 def count_step(meter, buckets, routes, *, profile, caps, world_size, fp32_hook=False):
@@ -157,7 +132,8 @@ def measure(model, profile, *, steps=1000, world_size=4, caps=None, bucket_cap_m
     world_size = check_int("world_size", world_size, low=1)
     caps = _runtime.DeviceCaps.from_params() if caps is None else caps
     roles = _roles.classify(model) if roles is None else roles
-    first, later = ddp_buckets(model, bucket_cap_mb=bucket_cap_mb) if buckets is None else buckets
+    first, later = (_hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb) if buckets is None
+                    else buckets)
     policy = _runtime.RuntimePolicy(profile, roles=roles, world_size=world_size, caps=caps)
     # An all-FP32 profile runs on fp32_hook, as the training checks run their FP32 arm.
     fp32_hook = not profile.low_bit_routes
@@ -212,7 +188,7 @@ def run(models=None, *, profile_set=None, steps=1000, world_size=4, caps=None,
     for model_name, model in models.items():
         started = time.perf_counter()
         roles = _roles.classify(model)
-        buckets = ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
+        buckets = _hooks.ddp_buckets(model, bucket_cap_mb=bucket_cap_mb)
         total = scale_models.count_parameters(model)
         entry = {
             "parameters": total,
@@ -358,6 +334,16 @@ def write_report(report, out):
     return paths
 
 
+def _bucket_cap(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not value > 0:
+        raise argparse.ArgumentTypeError(f"bucket cap must be a positive number, not {text!r}")
+    return value
+
+
 def _parser():
     parser = argparse.ArgumentParser(
         prog="python -m neuron_fabric.experiments.traffic_scale",
@@ -365,14 +351,15 @@ def _parser():
                     "on full-size models, as the DDP hooks count them.")
     parser.add_argument("--out", type=pathlib.Path, default=pathlib.Path("build/traffic"),
                         help="folder for report.json, report.md, traffic.png")
-    parser.add_argument("--steps", type=int, default=1000,
+    parser.add_argument("--steps", type=int_argument("steps", low=1), default=1000,
                         help="steps in the schedule, warm-up included (default 1000)")
-    parser.add_argument("--workers", type=int, default=4, help="workers (default 4)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=None,
+    parser.add_argument("--workers", type=int_argument("workers", low=1, high=64), default=4,
+                        help="workers (default 4)")
+    parser.add_argument("--bucket-cap-mb", type=_bucket_cap, default=None,
                         help="DDP bucket cap in MiB (default: DDP's own, 25 with a 1 MiB first)")
     parser.add_argument("--models", nargs="+", choices=scale_models.MODELS,
                         default=list(scale_models.MODELS), help="models (default: all)")
-    parser.add_argument("--hook-steps", type=int, default=3,
+    parser.add_argument("--hook-steps", type=int_argument("hook steps", low=1), default=3,
                         help="timed steps per setting of the hook cost, after one warm-up "
                              "(default 3)")
     parser.add_argument("--lanes", choices=_hooks.LANES, default="torch",
@@ -390,13 +377,9 @@ def main(argv=None):
     started = time.perf_counter()
     print(f"traffic-scale: {len(args.models)} models, {len(profiles())} profiles, "
           f"{args.steps} steps, {args.workers} workers", flush=True)
-    try:
-        models = {name: scale_models.build(name) for name in args.models}
-        report = run(models, steps=args.steps, world_size=args.workers,
-                     bucket_cap_mb=args.bucket_cap_mb,
-                     log=lambda line: print(line, flush=True))
-    except (TypeError, ValueError) as error:
-        parser.error(str(error))
+    models = {name: scale_models.build(name) for name in args.models}
+    report = run(models, steps=args.steps, world_size=args.workers,
+                 bucket_cap_mb=args.bucket_cap_mb, log=lambda line: print(line, flush=True))
     report["seconds"] = round(time.perf_counter() - started, 1)
     paths = write_report(report, args.out)
     print(f"traffic-scale: traffic counted in {report['seconds']} s; wrote "
@@ -405,13 +388,9 @@ def main(argv=None):
         print(f"traffic-scale: hook cost, {args.workers} workers, {len(hook_cost.SETTINGS)} "
               f"settings, 1 warm-up and {args.hook_steps} timed steps each (minutes; "
               f"--no-hook-cost skips it)", flush=True)
-        try:
-            costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
-                                  lanes=args.lanes,
-                                  bucket_cap_mb=args.bucket_cap_mb,
-                                  log=lambda line: print(line, flush=True))
-        except (TypeError, ValueError) as error:
-            parser.error(str(error))
+        costs = hook_cost.run(models, world_size=args.workers, steps=args.hook_steps,
+                              lanes=args.lanes, bucket_cap_mb=args.bucket_cap_mb,
+                              log=lambda line: print(line, flush=True))
         paths = hook_cost.write_report(costs, args.out)
         print(f"traffic-scale: hook cost measured in {costs['seconds']} s; wrote "
               f"{', '.join(str(p) for p in paths)}")

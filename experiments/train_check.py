@@ -51,7 +51,7 @@ from ..host import roles as _roles
 from ..host import runtime as _runtime
 from . import workloads as _workloads
 from .workers import launch, process_group
-from ..golden.validate import check_int
+from ..golden.validate import check_int, int_argument
 from ..golden.formats import READOUT_SPECS, Readout, readout_lines_per_slot, readout_route, route_lanes
 from ..golden.params import FabricParams
 
@@ -512,18 +512,17 @@ def main(argv=None):
         description="Train real workloads with gloo workers and DDP communication hooks: FP32, "
                     "static G-Binary/G-Ternary and the profile-guided runtime.")
     parser.add_argument("--out", default="build/train", help="output folder (default build/train)")
-    parser.add_argument("--workers", type=int, default=4, help="worker processes (default 4)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of every arm (default 0)")
+    parser.add_argument("--workers", type=int_argument("workers", low=1, high=64), default=4,
+                        help="worker processes (default 4)")
+    parser.add_argument("--seed", type=int_argument("seed", low=0), default=0,
+                        help="seed of every arm (default 0)")
     parser.add_argument("--quick", action="store_true",
                         help=f"short runs ({QUICK['train_steps']} steps) to try the pipeline")
-    parser.add_argument("--only", nargs="+", metavar="ARM",
-                        help="run only these arms or groups: " + ", ".join(
-                            dict.fromkeys([a.group for a in ARMS] + [a.name for a in ARMS])))
+    names = list(dict.fromkeys([a.group for a in ARMS] + [a.name for a in ARMS]))
+    parser.add_argument("--only", nargs="+", metavar="ARM", choices=names,
+                        help="run only these arms or groups: " + ", ".join(names))
     args = parser.parse_args(argv)
-    try:
-        run(args.out, workers=args.workers, seed=args.seed, quick=args.quick, only=args.only)
-    except (TypeError, ValueError) as error:
-        parser.error(str(error))
+    run(args.out, workers=args.workers, seed=args.seed, quick=args.quick, only=args.only)
     return 0
 
 

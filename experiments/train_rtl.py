@@ -257,7 +257,7 @@ def run(out, *, verilog, workers=4, seed=0, steps=None, only=None, library=None,
             raise ParameterMismatch(**fields) from None
         raise
     runs = [json.loads(path.read_text()) for path in sorted(results_dir.glob("[0-9]*.json"))]
-    report = {"verilog": str(verilog), "params": dataclasses.asdict(manifest.params),
+    report = {"verilog": str(verilog), "params": manifest.params.as_dict(),
               "workers": workers, "seed": seed, "runs": runs,
               "build_s": build_s, "wall_s": time.perf_counter() - started}
     (out / "report.json").write_text(json.dumps(report, indent=1) + "\n")

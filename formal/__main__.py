@@ -10,8 +10,8 @@ import sys
 import time
 
 from .catalogue import all_proofs
-from .runner import (MODES, SOLVER, FormalToolError, Outcome, prepare_proof, solve_proof,
-                     tool_environment)
+from ..gen.tools import ToolError
+from .runner import MODES, SOLVER, Outcome, prepare_proof, solve_proof, tool_environment
 
 
 def report_markdown(outcomes, seconds):
@@ -62,7 +62,7 @@ def main(argv=None):
         return 2
     try:
         env = tool_environment()
-    except FormalToolError as error:
+    except ToolError as error:
         print(f"formal: {error}", file=sys.stderr)
         return 2
     out = pathlib.Path(args.out)
@@ -73,7 +73,7 @@ def main(argv=None):
     def report(proof, folder, future):
         try:
             outcome = future.result()
-        except (OSError, FormalToolError) as error:   # a tool that could not run
+        except (OSError, ToolError) as error:   # a tool that could not run
             print(f"formal: {proof.name}: {error}", file=sys.stderr, flush=True)
             outcome = Outcome(proof, "ERROR", 0.0, [], folder)
         outcomes[proof.name] = outcome

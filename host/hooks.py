@@ -53,7 +53,7 @@ from .runtime import (FP32, GBINARY, GTERNARY, LOW_BIT_ROUTES, ROUTES, DeviceCap
                       GBinaryOptions, GTernaryOptions, RegionStats, check_capacity)
 
 __all__ = ["RouteTraffic", "TrafficMeter", "fp32_hook", "FabricHook", "bucket_segments",
-           "CONTROL_VALUES_PER_PARAMETER", "PHASES", "LANES"]
+           "ddp_buckets", "CONTROL_VALUES_PER_PARAMETER", "PHASES", "LANES"]
 
 CONTROL = "control"
 #: The float64 statistics every parameter of a bucket all-reduces each step: its non-finite
@@ -891,3 +891,26 @@ def _agreement_sums(route, planes, world, starts, stops, workspace, rows=None):
     weights = [1 << j for j in range(width)] + [1]
     return _lanes.range_sums(streams.view(width + 1, -1), weights, [2 * s for s in starts],
                              [2 * s for s in stops], workspace=workspace, in_place=True)
+
+
+def ddp_buckets(model, *, bucket_cap_mb=None):
+    """DDP's bucket layouts for ``model``: ``(first_step, later_steps)``, each a list of
+    buckets, each a list of ``(name, numel)``.
+
+    ``bucket_cap_mb`` None is DDP's default (25 MiB, first rebuilt bucket 1 MiB). Works on
+    ``meta`` parameters.
+    """
+    named = [(name, param) for name, param in model.named_parameters() if param.requires_grad]
+    if bucket_cap_mb is None:
+        caps = [dist._DEFAULT_FIRST_BUCKET_BYTES, 25 * 1024 * 1024]
+    else:
+        if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) \
+                or not bucket_cap_mb > 0:
+            raise ValueError(f"bucket_cap_mb must be a positive number, not {bucket_cap_mb!r}")
+        caps = [int(bucket_cap_mb * 1024 * 1024)]
+    first = [[(name, param.numel()) for name, param in named]]
+    ready = named[::-1]
+    indices, _ = dist._compute_bucket_assignment_by_size(
+        [param for _, param in ready], caps, [False] * len(ready))
+    later = [[(ready[i][0], ready[i][1].numel()) for i in bucket] for bucket in indices]
+    return first, later

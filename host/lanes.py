@@ -42,7 +42,7 @@ from ..golden import gternary as _gternary
 from ..golden import lines as _lines
 from ..golden.formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, Readout, Route,
                               check_counter_bits, check_max_workers, check_readout,
-                              count_limit, readout_lines_per_slot, sum_limit)
+                              readout_lines_per_slot, sum_limit)
 from ..golden.validate import check_int
 
 __all__ = ["GRAD_TYPES", "Workspace", "gbinary_encode", "gbinary_aggregate_planes",

@@ -18,7 +18,7 @@ from ..golden.regmap import COUNTERS, ERROR_FLAGS, register_map, window_register
 from ..golden.validate import check_int
 from .csr import CSRBlock, field_port, written_port
 from .lane_logic import KEEP, kept, kept_halves, kept_tree
-from .layouts import CSRBusSignature, readout_lines
+from .layouts import CSRBusSignature, encoded, readout_lines
 from .lane_tile import (FLAGS_STAGE, Source, fold_word_layout, forward_word_layout,
                         late_word_layout, low_threshold, most_readout_lines, read_word_layout,
                         readout_code_bits, readout_codes)
@@ -431,10 +431,11 @@ class ControlPlane(wiring.Component):
         not_ready = kept(m, in_flight_not_ready | (ram_decides_complete & ~Cat(
             kept_halves(m, done(bitmap_read, full_mask), "all", "bitmap_complete")).all()),
             "not_ready")
-        # The status: the tests' answers join the decided part (OK whenever a test decides;
-        # OK is 0, NOT_READY 1, DUPLICATE 2, BAD_REQUEST 3).
+        # The status: the tests' answers join the decided part, which is OK (encoded 0)
+        # whenever a test decides.
         status = Signal(Shape.cast(Status))
-        m.d.comb += status.eq(decided_status | Cat(not_ready, is_duplicate))
+        m.d.comb += status.eq(decided_status | encoded(
+            {Status.NOT_READY: not_ready, Status.DUPLICATE: is_duplicate}, none=Status.OK))
         # The folds' flags come from the tiles; the rest are decided here.
         fold_flags = {flag for spec in ROUTE_SPECS.values() for flag in spec.flags}
         flags = {flag: Signal(name=f"flag_{flag.lower()}") for flag in ERROR_FLAGS

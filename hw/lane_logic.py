@@ -9,8 +9,10 @@ Where depth matters more than packing (a comparison in a fold cycle, a wide redu
 gates are kept wires, so that synthesis builds the tree as written.
 """
 
-from amaranth.hdl import C, Cat, Signal, Value
-from amaranth.hdl import _ast
+import random
+
+from amaranth.hdl import C, Cat, Module, Signal, Value
+from amaranth.sim import Simulator
 
 __all__ = ["KEEP", "step", "widen", "readout_terms", "select_line", "read_line",
            "kept_tree", "kept_halves", "kept_compare", "joined_greater", "joined_equal",
@@ -67,47 +69,61 @@ def select_line(terms):
     return result
 
 
-def shared_bit_terms(terms):
+def shared_bit_terms(terms, inputs, *, rounds=64, seed=0):
     """``terms`` (``[(select, line)]``) bit by bit, with the lines that read one bit together:
     for each line bit, ``[(indices, bit)]``, ``indices`` the terms whose line has ``bit``
     there. A readout's lines are often one register's bits seen another way (a G-Ternary
     sum's bits are G-Binary counter bits of the same row); joining their selects before a
     tree spares the tree a term for each bit they share.
 
-    Bits are shared where a line's bit is a bit of a signal (through slices, concatenations
-    and sign casts); any other bit stands alone.
+    ``inputs`` are the signals the lines are built from. A line bit is an input's bit when
+    it follows that bit in every one of ``rounds`` random values of the inputs (the lines
+    run in Amaranth's simulator, seeded with ``seed``); bits that are one input bit are
+    shared, any other bit (a gate, a constant) stands alone.
     """
     width = len(Value.cast(terms[0][1]))
+    sources = _bit_sources([line for _, line in terms], inputs, rounds=rounds, seed=seed)
     per_bit = []
     for bit in range(width):
         groups = {}
         for index, (_, line) in enumerate(terms):
-            value = Value.cast(line)[bit]
-            source = _signal_bit(value, 0)
-            key = (id(source[0]), source[1]) if source is not None else ("term", index)
-            groups.setdefault(key, ([], value))[0].append(index)
+            source = sources[index][bit]
+            key = source if source is not None else ("term", index)
+            groups.setdefault(key, ([], Value.cast(line)[bit]))[0].append(index)
         per_bit.append([(tuple(indices), value) for indices, value in groups.values()])
     return per_bit
 
 
-def _signal_bit(value, bit):
-    """``(signal, index)`` where bit ``bit`` of ``value`` is a signal's own bit, else None."""
-    while True:
-        if isinstance(value, _ast.Signal):
-            return value, bit
-        if isinstance(value, _ast.Slice):
-            value, bit = value.value, value.start + bit
-        elif isinstance(value, _ast.Concat):
-            for part in value.parts:
-                part = Value.cast(part)
-                if bit < len(part):
-                    value = part
-                    break
-                bit -= len(part)
-        elif isinstance(value, _ast.Operator) and value.operator in ("s", "u"):
-            value = value.operands[0]
-        else:
-            return None
+def _bit_sources(lines, inputs, *, rounds, seed):
+    """For each bit of each of ``lines``, the ``(input, bit)`` of ``inputs`` it follows in
+    ``rounds`` random values of the inputs, or None where it follows none."""
+    m = Module()
+    outputs = [Signal(len(Value.cast(line)), name=f"line_{index}")
+               for index, line in enumerate(lines)]
+    m.d.comb += [output.eq(line) for output, line in zip(outputs, lines)]
+    rng = random.Random(seed)
+    given = [[rng.getrandbits(len(signal)) for signal in inputs] for _ in range(rounds)]
+    seen = []
+
+    async def bench(ctx):
+        for values in given:
+            for signal, value in zip(inputs, values):
+                ctx.set(signal, value)
+            seen.append([ctx.get(output) for output in outputs])
+
+    simulator = Simulator(m)
+    simulator.add_testbench(bench)
+    simulator.run()
+
+    def history(values_of, bit):
+        return tuple(values[bit[0]] >> bit[1] & 1 for values in values_of)
+
+    followed = {}
+    for number, signal in enumerate(inputs):
+        for bit in range(len(signal)):
+            followed.setdefault(history(given, (number, bit)), (number, bit))
+    return [[followed.get(history(seen, (index, bit)))
+             for bit in range(len(Value.cast(line)))] for index, line in enumerate(lines)]
 
 
 def read_line(m, p_in, p_out, lines_by_readout):

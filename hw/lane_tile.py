@@ -9,6 +9,7 @@ plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile t
 thing through four registered control words.
 """
 
+import functools
 from types import SimpleNamespace
 
 from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
@@ -24,7 +25,7 @@ from .row_cells import (check_cells, choose_and_add, choose_by_code, choose_of_f
 from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
                          readout_terms, shared_bit_terms, widen)
 from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
-                      sum_layout, ternary_code)
+                      in_encoding_order, sum_layout, ternary_code)
 from .sign_count import majority_layout
 
 __all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
@@ -136,18 +137,35 @@ def _group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus, *, counter_bi
     }
 
 
-def _readout_terms(readout, beat, *, counter_bits, lines=None):
-    """The readout's terms (:func:`~.lane_logic.readout_terms`) over a group's lines, and
-    the distinct lists of term indices its line bits choose among, in the order they first
-    appear (:func:`~.lane_logic.shared_bit_terms`): ``(terms, shared, keys)``. A group of
+def _group_inputs(lanes, counter_bits):
+    """Fresh signals in the shapes of a group's kept row and comparisons (the arguments of
+    :func:`_group_lines` but ``counter_bits``)."""
+    return (Signal(lanes * counter_bits), Signal(lanes), Signal(lanes), Signal(lanes // 2),
+            Signal(lanes // 2))
+
+
+@functools.cache
+def _sharing(counter_bits, lanes):
+    """For each line bit of a group of ``lanes`` lanes, the lists of the indices of the
+    readout's terms that read one kept bit (:func:`~.lane_logic.shared_bit_terms`), worked
+    out once for each shape on fresh signals: every group's lines are built alike."""
+    inputs = _group_inputs(lanes, counter_bits)
+    terms = readout_terms(Signal(Readout), Signal(1),
+                          _group_lines(*inputs, counter_bits=counter_bits))
+    return tuple(tuple(indices for indices, _ in bit) for bit in shared_bit_terms(terms, inputs))
+
+
+def _readout_terms(readout, beat, *, counter_bits, lines=None, lanes=2):
+    """The readout's terms (:func:`~.lane_logic.readout_terms`) over a group's lines (of
+    ``lanes`` lanes), and the distinct lists of term indices its line bits choose among, in
+    the order they first appear (:func:`_sharing`): ``(terms, shared, keys)``. A group of
     two lanes stands for any (its lines' pattern repeats every two lanes) where ``lines``
     is not given."""
     if lines is None:
-        CW = counter_bits
-        lines = _group_lines(Signal(2 * CW), Signal(2), Signal(2), Signal(1), Signal(1),
-                             counter_bits=CW)
+        lines = _group_lines(*_group_inputs(lanes, counter_bits), counter_bits=counter_bits)
     terms = readout_terms(readout, beat, lines)
-    shared = shared_bit_terms(terms)
+    shared = [[(indices, Value.cast(terms[indices[0]][1])[bit]) for indices in groups]
+              for bit, groups in enumerate(_sharing(counter_bits, lanes))]
     keys = []
     for bit in shared:
         key = tuple(indices for indices, _ in bit)
@@ -156,12 +174,12 @@ def _readout_terms(readout, beat, *, counter_bits, lines=None):
     return terms, shared, keys
 
 
-def _code_keys(counter_bits, lines=None):
-    """The distinct lists of term indices the line bits of a group (``lines``, or any group)
-    choose among (:func:`_readout_terms`); the line bits, each a list of its terms' indices
-    and its kept bit."""
+def _code_keys(counter_bits, lines=None, lanes=2):
+    """The distinct lists of term indices the line bits of a group (``lines`` of ``lanes``
+    lanes, or any group) choose among (:func:`_readout_terms`); the line bits, each a list
+    of its terms' indices and its kept bit."""
     _, shared, keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=counter_bits,
-                                     lines=lines)
+                                     lines=lines, lanes=lanes)
     return keys, shared
 
 
@@ -402,8 +420,10 @@ class LaneTile(wiring.Component):
             # word's result or that choice.
             m.d.sync += row_chosen[low:high].eq(choose_of_four(
                 m, select=forward.source, cells=self.cells, name=f"g{g}_forward",
-                choices=[row_read[low:high], row_new[low:high], row_before[low:high],
-                         row_before_2[low:high]]))
+                choices=in_encoding_order({
+                    Source.BLOCK_RAM: row_read[low:high], Source.TWO_AHEAD: row_new[low:high],
+                    Source.THREE_AHEAD: row_before[low:high],
+                    Source.FOUR_AHEAD: row_before_2[low:high]})))
 
             # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
             # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
@@ -512,7 +532,7 @@ class LaneTile(wiring.Component):
             # one select reaching a whole group's lines cost the most on its first hop).
             # Decoded in each group, the codes took 78 LUT4s a tile, five levels deep. A
             # zero answer is the ring's to give (its entries keep ``quiet``).
-            keys, shared_bits = _code_keys(CW, lines)
+            keys, shared_bits = _code_keys(CW, lines, lanes=G)
             assert keys == code_keys, "a group's line bits choose as the fold word's codes say"
             code_of_key = dict(zip(keys, _split_codes(fold.codes, keys)))
             readout_codes, readout_bits = {}, []
@@ -671,9 +691,8 @@ def _ring(m, name, *, depth, push, parts, pop):
     Each part is its own LUT RAM, written beside the lanes whose slice it holds. The parts
     read at one head address: copies of it a part, alike, are merged back into one by
     synthesis, and copies that it keeps (each part with its own pop register) took 582
-    LUT4 in the 512-bit top for no gain (docs/fpga.md, "Tried and not kept" under "The
-    claim registered"). ``popped`` stays one register a ring: the pop crosses the die to it
-    from the output port.
+    LUT4 in the 512-bit top (docs/fpga.md, "Lane tile"). ``popped`` stays one register a
+    ring: the pop crosses the die to it from the output port.
     """
     def after(pointer):
         return Mux(pointer == depth - 1, 0, pointer + 1)

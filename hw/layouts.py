@@ -1,11 +1,15 @@
 """Data layouts shared by every block: lines, lanes, requests, responses and the CSR bus.
 
-Each wide word is an :mod:`amaranth.lib.data` layout defined here once. Lane ``i`` of width
-``W`` sits at bits ``[i*W + W-1 : i*W]`` of a line, which is :class:`~amaranth.lib.data.ArrayLayout`
-order and the order of :mod:`neuron_fabric.golden.lines`. Widths derive from
+Each word that crosses a block's boundary is an :mod:`amaranth.lib.data` layout defined here
+once; the words between the control plane and the lane tiles are the tile's
+(:mod:`.lane_tile`). Lane ``i`` of width ``W`` sits at bits ``[i*W + W-1 : i*W]`` of a line,
+which is :class:`~amaranth.lib.data.ArrayLayout` order and the order of
+:mod:`neuron_fabric.golden.lines`. Widths derive from
 :mod:`neuron_fabric.golden.formats`, so hardware and golden model cannot disagree on them.
 Enumerations (``Op``, ``Status``, ``Route``, ``Readout``) are used as shapes as they are:
-Amaranth infers their width from their members, so a field always holds every member.
+Amaranth infers their width from their members, so a field always holds every member; a value
+built from answers (:func:`encoded`) or a choice indexed by a member (:func:`in_encoding_order`)
+follows the members' values.
 """
 
 from amaranth.hdl import C, Cat, Value, signed, unsigned
@@ -23,7 +27,7 @@ __all__ = [
     "readout_lines", "max_readout_lines", "bit_planes",
     "check_hw_max_workers", "check_engine_line_bits", "lanes_saturate", "ternary_code",
     "request_layout", "response_layout", "mem_request_layout",
-    "CSRBusSignature",
+    "CSRBusSignature", "encoded", "in_encoding_order",
 ]
 
 
@@ -177,3 +181,44 @@ def lanes_saturate(max_contributions, *, limit):
     if max_contributions is None:
         return True
     return check_int("max_contributions", max_contributions, low=1) > limit
+
+
+def encoded(answers, *, none):
+    """The encoding of the member of an enumeration that ``answers`` (``{member: one-bit
+    value}``, at most one set at a time) names, and ``none``'s where none is set: each bit of
+    the encoding is the OR of the answers whose member has that bit. The wires follow the
+    members' values, whatever they are.
+
+    Raises ``ValueError`` when ``none`` is not encoded 0 (the bits of no answer) or an answer
+    names a member of another enumeration.
+    """
+    enum = type(none)
+    if none.value != 0:
+        raise ValueError(f"none must be the member encoded 0, not {none!r}")
+    if any(type(member) is not enum for member in answers):
+        raise ValueError(f"answers must name members of {enum.__name__}, not "
+                         f"{list(answers)!r}")
+    width = max(member.value for member in enum).bit_length()
+    bits = []
+    for bit in range(width):
+        chosen = [Value.cast(answer) for member, answer in answers.items()
+                  if member.value >> bit & 1]
+        bits.append(Cat(chosen).any() if len(chosen) > 1 else chosen[0] if chosen else C(0, 1))
+    return Cat(bits)
+
+
+def in_encoding_order(choices):
+    """The values of ``choices`` (``{member: value}``, every member of one enumeration)
+    in the order of the members' encodings, for a choice indexed by the encoding.
+
+    Raises ``ValueError`` unless ``choices`` names every member of the enumeration once and
+    the members are encoded 0, 1, 2, ...
+    """
+    members = list(choices)
+    enum = type(members[0])
+    if set(members) != set(enum) or sorted(member.value for member in enum) != list(
+            range(len(enum))):
+        raise ValueError(f"choices must name every member of {enum.__name__}, encoded 0 to "
+                         f"{len(enum) - 1}, not {members!r}")
+    return [choices[member] for member in sorted(enum, key=lambda member: member.value)]
+

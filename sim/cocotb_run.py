@@ -2,7 +2,7 @@
 
 Every cocotb run of the project goes through :func:`run_cocotb`: the regression
 (:mod:`neuron_fabric.sim.regression`) and the pytest runners under ``tests/``. It checks that
-the simulator is there (:class:`~neuron_fabric.sim.toolchain.ToolchainError` otherwise, saying
+the simulator is there (:class:`~neuron_fabric.gen.tools.ToolError` otherwise, saying
 what to install), builds in ``work/sim_build`` with a 1 ns / 1 ps timescale, runs the tests
 with ``work`` as their folder and reads the verdict from ``work/results.xml``.
 
@@ -23,6 +23,8 @@ import math
 import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+from ..gen import tools
 
 __all__ = ["SIMULATORS", "VERILATOR_BUILD_ARGS", "CocotbRun", "run_cocotb", "manifest_design"]
 
@@ -120,13 +122,11 @@ def _verilator_runner():
 
 def _simulator_environment(simulator, verilator_root):
     """Check that ``simulator`` is installed; the context in which its runner must be called."""
-    from . import toolchain
-
     if simulator == "verilator":
-        root = verilator_root if verilator_root is not None else toolchain.default_verilator_root()
-        toolchain.verilator_version(root)
-        return toolchain.verilator_environment(root)
-    toolchain.check_iverilog()
+        root = verilator_root if verilator_root is not None else tools.default_verilator_root()
+        tools.verilator_version(root)
+        return tools.verilator_environment(root)
+    tools.check_iverilog()
     return contextlib.nullcontext()
 
 
@@ -163,7 +163,7 @@ def run_cocotb(simulator: str, *, toplevel: str, sources: Sequence[Path | str],
         Simulator options after :data:`VERILATOR_BUILD_ARGS` (Verilator) or alone (Icarus).
     verilator_root : path
         The relocated Verilator; default
-        :func:`~neuron_fabric.sim.toolchain.default_verilator_root`.
+        :func:`~neuron_fabric.gen.tools.default_verilator_root`.
     log : callable
         Receives a line when the build starts and when it ends.
 
@@ -176,7 +176,7 @@ def run_cocotb(simulator: str, *, toplevel: str, sources: Sequence[Path | str],
     ------
     ValueError
         If ``simulator`` is not one of :data:`SIMULATORS`.
-    ToolchainError
+    ToolError
         If the simulator is not installed; the message says how to install it.
     """
     if simulator not in SIMULATORS:

@@ -10,7 +10,8 @@ latency. Checking against the golden model stays in Python (:mod:`.long_regressi
 
 The library is built once per Verilog and options: :func:`build` keys its output folder on a
 digest of the Verilog files, the Verilator configuration, ``harness.cpp``, the options and the
-tool versions, so a changed input always rebuilds and an unchanged one never does.
+tool versions (:func:`~neuron_fabric.gen.tools.run_key`, the key of the FPGA flow's runs too),
+so a changed input always rebuilds and an unchanged one never does.
 
 Command line::
 
@@ -21,7 +22,6 @@ Command line::
 import argparse
 import ctypes
 import dataclasses
-import hashlib
 import os
 import pathlib
 import shutil
@@ -34,10 +34,10 @@ import numpy as np
 
 from ..golden.controller import Op, Response, Status
 from ..golden.formats import READOUT_SPECS
+from ..gen.tools import default_verilator_root, run_key, verilator_env, verilator_version
 from ..golden.regmap import register_map
 from .manifest import Manifest, top_folder
 from .scenarios import Timing, noise_lines
-from .toolchain import default_verilator_root, verilator_env, verilator_version
 
 __all__ = ["HarnessError", "HARNESS_SOURCE", "BUILD_OPTIONS", "build_key", "build", "Requests", "Played",
            "Harness", "main"]
@@ -46,7 +46,9 @@ HARNESS_SOURCE = pathlib.Path(__file__).with_name("harness.cpp")
 LIBRARY_NAME = "libnfharness.so"
 
 #: Verilator options of every build: a single-threaded model without assertions, tracing or
-#: X randomisation (the top resets every register it reads), optimised by the C++ compiler.
+#: X randomisation, optimised by the C++ compiler. Registers without a reset start at 0; the
+#: top does not depend on what they hold before a reset: the tiles wait out the words formed
+#: before it, and the sweep after it rewrites every slot (docs/design.md, "Clearing").
 BUILD_OPTIONS = ("--cc", "--prefix", "Vtop", "-O3", "--x-assign", "fast", "--x-initial", "fast",
                  "--noassert", "-Wno-fatal", "--no-timing",
                  "-CFLAGS", "-fPIC -O3", "-LDFLAGS", "-shared")
@@ -86,19 +88,20 @@ def _compiler_version():
 
 
 def build_key(verilog, *, verilator_root=None):
-    """The digest a harness build is cached under: the Verilog files of the top, its
-    Verilator configuration, ``harness.cpp``, :data:`BUILD_OPTIONS` and the versions of
-    Verilator and the C++ compiler."""
+    """The key a harness build is kept under (:func:`~neuron_fabric.gen.tools.run_key`, as the
+    FPGA flow keys its runs): the Verilog files of the top, its Verilator configuration,
+    ``harness.cpp``, the Verilator command line (:data:`BUILD_OPTIONS` and the top's name) and
+    the versions of Verilator and the C++ compiler. Returns the digest."""
     manifest = verilog if isinstance(verilog, Manifest) else Manifest(verilog)
     module, sources, config = _design_files(manifest)
     root = pathlib.Path(verilator_root) if verilator_root else default_verilator_root()
-    tools = f"{verilator_version(root)}\n{_compiler_version()}"
-    digest = hashlib.sha256()
-    for part in (HARNESS_SOURCE.read_bytes(), "\0".join(BUILD_OPTIONS).encode(), tools.encode(),
-                 module.encode(), *(path.read_bytes() for path in sources),
-                 config.read_bytes() if config else b""):
-        digest.update(len(part).to_bytes(8, "little") + part)
-    return digest.hexdigest()
+    inputs = {"harness.cpp": HARNESS_SOURCE, **{path.name: path for path in sources}}
+    if config:
+        inputs[config.name] = config
+    key = run_key(["verilator", *BUILD_OPTIONS, "--top-module", module],
+                  versions={"verilator": verilator_version(root), "c++": _compiler_version()},
+                  inputs=inputs)
+    return key["digest"]
 
 
 def build(verilog, *, cache="build/harness", verilator_root=None, jobs=None, log=print):

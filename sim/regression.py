@@ -130,7 +130,7 @@ def _run_job(simulator, job, out, *, traces, waves, verilator_root, log):
     """Build and run one job; returns its result dict."""
     from .cocotb_bench import Manifest
     from .cocotb_run import manifest_design, run_cocotb
-    from .toolchain import ToolchainError
+    from ..gen.tools import ToolError
 
     manifest = Manifest(job.manifest)
     work = (out / simulator / job.name).resolve()
@@ -149,7 +149,7 @@ def _run_job(simulator, job, out, *, traces, waves, verilator_root, log):
                          test_filter=job.test_filter, waves=waves,
                          verilator_root=verilator_root,
                          log=lambda text: log(label + text))
-    except ToolchainError as error:
+    except ToolError as error:
         result["error"] = str(error)
         log(f"{label}FAILED: {error}")
         return result

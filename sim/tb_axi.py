@@ -34,7 +34,7 @@ from cocotb.utils import get_sim_time
 from cocotbext.axi import (AxiBurstType, AxiBus, AxiLiteBus, AxiLiteMaster, AxiMaster, AxiRam,
                            AxiResp)
 
-from ..experiments import traces as traces_module
+from ..host import traces as traces_module
 from ..golden import gbinary, gternary
 from ..golden.controller import ControllerModel, Op, Status
 from ..golden.formats import READOUTS_BY_ROUTE, Route, readout_lines_per_slot
@@ -368,7 +368,7 @@ async def bursts_the_controller_cannot_take_are_refused(dut, seed):
     BAD_REQUEST in xUSER; nothing reaches the controller or the memory."""
     bench = AxiBench(dut, seed)
     await bench.start()
-    p, rng = bench.params, np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)
     line = FP32_BASE + 5
     whole = rng.bytes(bench.line_bytes)
     bench.write(0, line, [whole])

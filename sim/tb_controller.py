@@ -34,7 +34,7 @@ import cocotb
 import numpy as np
 
 from ..golden import gbinary, gternary
-from ..experiments import traces as traces_module
+from ..host import traces as traces_module
 from ..golden.controller import Op, Request, Status
 from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route, count_limit
 from ..golden.params import ADDR_BITS

@@ -10,7 +10,7 @@ import pytest
 
 from neuron_fabric.sim.cocotb_bench import BLOCK_ROLES, BLOCKS_TOPLEVEL
 from neuron_fabric.sim.cocotb_run import manifest_design, run_cocotb
-from neuron_fabric.sim.toolchain import ToolchainError
+from neuron_fabric.gen.tools import ToolError
 
 COUNTER = textwrap.dedent("""\
     module counter (input wire clk, input wire rst, output reg [3:0] count);
@@ -124,13 +124,13 @@ def test_an_unknown_simulator_is_refused(counter, tmp_path):
 
 def test_a_missing_icarus_says_how_to_install_it(counter, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    with pytest.raises(ToolchainError, match=r"iverilog and vvp not found on PATH.*"
+    with pytest.raises(ToolError, match=r"iverilog and vvp not found on PATH.*"
                                              r"run `make iverilog`"):
         run_counter(counter, tmp_path / "run")
 
 
 def test_a_missing_verilator_says_how_to_relocate_it(counter, tmp_path):
-    with pytest.raises(ToolchainError, match=r"no-verilator/bin/verilator is missing.*"
+    with pytest.raises(ToolError, match=r"no-verilator/bin/verilator is missing.*"
                                              r"relocate-verilator"):
         run_cocotb("verilator", toplevel="counter", sources=[counter],
                    test_module="counter_tests", work=tmp_path / "run",

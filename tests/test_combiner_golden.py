@@ -332,6 +332,15 @@ def test_evaluation_says_what_it_needs_without_traces(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
+def test_evaluation_refuses_a_bad_step_count_before_reading_traces(tmp_path, capsys):
+    from neuron_fabric.experiments import combiner_eval
+
+    with pytest.raises(SystemExit) as exit_info:
+        combiner_eval.main(["--traces", str(tmp_path), "--steps", "0"])
+    assert exit_info.value.code == 2
+    assert "steps must be at least 1, not 0" in capsys.readouterr().err
+
+
 def test_evaluation_writes_its_report(traces, tmp_path, capsys, monkeypatch):
     from neuron_fabric.experiments import combiner_eval
 

@@ -1,7 +1,11 @@
-"""The hardware's route registry: an engine per route, and widths taken from the golden enums."""
+"""The hardware's route registry: an engine per route, and widths and encodings taken from the
+golden enums."""
+
+import enum
 
 import pytest
-from amaranth.hdl import Shape
+from amaranth.hdl import Module, Shape, Signal, Value
+from amaranth.sim import Simulator
 
 from neuron_fabric.golden.controller import Op, Status
 from neuron_fabric.golden.formats import READOUTS_BY_ROUTE, ROUTE_SPECS, Readout, Route, enum_bits
@@ -9,8 +13,9 @@ from neuron_fabric.golden.params import FabricParams
 from neuron_fabric.golden.regmap import register_map
 from neuron_fabric.hw.control_plane import ControlPlane
 from neuron_fabric.hw.engines import ENGINES, engine
-from neuron_fabric.hw.layouts import (lane_layout, request_layout, response_layout,
-                                      ternary_code)
+from neuron_fabric.hw.lane_tile import Source
+from neuron_fabric.hw.layouts import (encoded, in_encoding_order, lane_layout, request_layout,
+                                      response_layout, ternary_code)
 from neuron_fabric.golden import gternary
 
 SMALL = FabricParams(line_bits=128, max_workers=4, depth=8, num_windows=2)
@@ -83,3 +88,78 @@ def test_ternary_code_bits_are_the_golden_codes():
     sim.run()
     assert seen == {(1, 0): gternary.MINUS_CODE, (0, 1): gternary.PLUS_CODE,
                     (0, 0): gternary.ZERO_CODE}
+
+
+class _Shuffled(enum.Enum):
+    """An enumeration whose values are not in the order of its members."""
+    NONE = 0
+    LAST = 1
+    FIRST = 6
+    MIDDLE = 2
+
+
+def _value_of(value, inputs):
+    """``value`` with each signal of ``inputs`` (``[(signal, int)]``) set, by simulation."""
+    m = Module()
+    out = Signal(len(Value.cast(value)))
+    m.d.comb += out.eq(value)
+    got = []
+
+    async def bench(ctx):
+        for signal, number in inputs:
+            ctx.set(signal, number)
+        got.append(ctx.get(out))
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
+    return got[0]
+
+
+@pytest.mark.parametrize("enumeration, none", [(Status, Status.OK), (_Shuffled, _Shuffled.NONE)])
+def test_an_encoded_answer_reads_as_its_members_value(enumeration, none):
+    answers = {member: Signal(name=member.name) for member in enumeration if member is not none}
+    value = encoded(answers, none=none)
+    assert len(value) == max(member.value for member in enumeration).bit_length()
+    assert _value_of(value, []) == none.value
+    for member, answer in answers.items():
+        assert _value_of(value, [(answer, 1)]) == member.value, member
+
+
+def test_the_status_answers_of_the_control_plane_are_the_golden_encodings():
+    # The control plane ORs the tests' answers into a decided status that is OK when a test
+    # decides: right only while OK is the encoding of no answer.
+    not_ready, duplicate = Signal(), Signal()
+    status = encoded({Status.NOT_READY: not_ready, Status.DUPLICATE: duplicate}, none=Status.OK)
+    assert _value_of(status, [(not_ready, 1)]) == Status.NOT_READY
+    assert _value_of(status, [(duplicate, 1)]) == Status.DUPLICATE
+    assert _value_of(status, []) == Status.OK == 0
+
+
+def test_encoded_refuses_a_none_that_is_not_encoded_zero_and_foreign_members():
+    with pytest.raises(ValueError, match=r"none must be the member encoded 0, not "
+                                         r"<_Shuffled.LAST: 1>"):
+        encoded({_Shuffled.FIRST: Signal()}, none=_Shuffled.LAST)
+    with pytest.raises(ValueError, match="answers must name members of Status"):
+        encoded({_Shuffled.FIRST: Signal()}, none=Status.OK)
+
+
+def test_choices_in_encoding_order_follow_the_members_values():
+    class Ahead(enum.Enum):
+        TWO = 2
+        NONE = 0
+        THREE = 3
+        ONE = 1
+
+    assert in_encoding_order({Ahead.TWO: "b", Ahead.THREE: "c", Ahead.ONE: "a",
+                              Ahead.NONE: "ram"}) == ["ram", "a", "b", "c"]
+    assert in_encoding_order({member: member.name for member in Source}) == [
+        Source(value).name for value in range(len(Source))]
+
+
+def test_choices_in_encoding_order_must_name_every_member_encoded_densely():
+    with pytest.raises(ValueError, match="choices must name every member of Source, encoded "
+                                         "0 to 3"):
+        in_encoding_order({Source.BLOCK_RAM: 0, Source.TWO_AHEAD: 1})
+    with pytest.raises(ValueError, match="choices must name every member of _Shuffled"):
+        in_encoding_order({member: 0 for member in _Shuffled})

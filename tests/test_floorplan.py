@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from neuron_fabric.fpga import __main__ as cli
-from neuron_fabric.fpga.ecp5 import tool
+from neuron_fabric.gen.tools import tool
 from neuron_fabric.fpga.floorplan import (EBR_COLUMNS, EBR_ROWS, block_ram_groups,
                                           default_rows, ebr_site, layout, pin_block_rams)
 

@@ -21,6 +21,7 @@ from neuron_fabric.fpga.ecp5 import (GRADES, critical_path, measure, median_run,
                                      parse_nextpnr_report, parse_synth_stat, port_registers,
                                      synthesize, utilization)
 from neuron_fabric.fpga.floorplan import default_rows
+from neuron_fabric.gen.tools import ToolError
 from neuron_fabric.fpga.gates import count_gates, gate_equivalents
 from neuron_fabric.fpga.timing_model import (exposed_overhead, lines_per_clock,
                                              measure_latency, model)
@@ -191,7 +192,7 @@ def test_seeds_and_grades_are_placed_in_parallel_and_reported_in_order(monkeypat
     def fake_pnr(*, work, grade, seed, **options):
         barrier.wait()
         if seed == 3:
-            raise ecp5.ToolError("nextpnr ran past 1 s")
+            raise ToolError("nextpnr ran past 1 s")
         report = json.loads(json.dumps(NEXTPNR_REPORT))
         report["fmax"]["clk"]["achieved"] = 100.0 * grade.speed + seed
         return report, 1.0
@@ -651,7 +652,7 @@ def test_a_tool_past_its_time_limit_is_stopped(tmp_path):
     from neuron_fabric.fpga import ecp5
 
     sleeper = "import os, time; open('pid', 'w').write(str(os.getpid())); time.sleep(30)"
-    with pytest.raises(ecp5.ToolError, match="ran past 1 s"):
+    with pytest.raises(ToolError, match="ran past 1 s"):
         ecp5.run_tool([sys.executable, "-c", sleeper], cwd=tmp_path, log_name="sleep.out",
                       timeout=1)
     with pytest.raises(ProcessLookupError):  # stopped and reaped, not left running
@@ -1212,6 +1213,17 @@ def test_a_tile_width_the_line_does_not_divide_is_refused_before_any_run(monkeyp
         capsys.readouterr().err
 
 
+def test_a_fault_in_the_flow_shows_its_traceback(monkeypatch, tmp_path):
+    from neuron_fabric.fpga import __main__ as cli
+
+    def faulty(*args, **kwargs):
+        raise ValueError("a fault in the flow")
+
+    monkeypatch.setattr(cli, "_measure_block", faulty)
+    with pytest.raises(ValueError, match="a fault in the flow"):
+        cli.main(["ecp5", "--quick", "--no-gates", "--out", str(tmp_path)])
+
+
 def test_the_memory_note_counts_block_ram_per_tile_and_the_bitmaps(tmp_path):
     from neuron_fabric.fpga import __main__ as cli
 
@@ -1300,7 +1312,8 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     the control plane, then per tile); Yosys merges identical registers unless they are
     kept, and a merged copy would drive every tile again."""
     from amaranth.back import rtlil
-    from neuron_fabric.fpga.ecp5 import PREPARE, tool
+    from neuron_fabric.fpga.ecp5 import PREPARE
+    from neuron_fabric.gen.tools import tool
     from neuron_fabric.hw.controller import Controller
 
     design = Controller(params=PRESETS["small"], tile_lanes=16, group_lanes=8)

@@ -16,7 +16,7 @@ from neuron_fabric.gen.check import LINT_MODES, icarus_compile, verilator_lint
 from neuron_fabric.gen.verilog import LINT_WAIVERS, blocks, load_manifest
 from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.golden.regmap import register_map
-from neuron_fabric.sim.toolchain import check_iverilog, default_verilator_root, verilator_env
+from neuron_fabric.gen.tools import check_iverilog, default_verilator_root, verilator_env
 
 SMALL = PRESETS["small"]
 
@@ -337,3 +337,19 @@ def test_the_axi_manifest_ports_are_the_components_axi_signals(generated_axi):
     assert [name for name, _ in sorted(fields.items(), key=lambda f: f[1][0])] == [
         "offset", "line", "worker", "clear"]
     assert fields["line"] == [4, 32]    # 16-byte lines
+
+
+def test_the_command_line_refuses_bad_parameters_and_shows_a_fault_whole(monkeypatch, capsys,
+                                                                         tmp_path):
+    from neuron_fabric.gen import __main__ as cli
+
+    assert cli.main(["--preset", "small", "--max-workers", "1", "--out", str(tmp_path)]) == 2
+    assert "gen: bad parameters: max_workers must be between 2 and 64, not 1" in \
+        capsys.readouterr().err
+
+    def faulty(*args, **kwargs):
+        raise ValueError("a fault in the generator")
+
+    monkeypatch.setattr(cli, "generate", faulty)
+    with pytest.raises(ValueError, match="a fault in the generator"):
+        cli.main(["--preset", "small", "--out", str(tmp_path)])

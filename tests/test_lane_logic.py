@@ -4,7 +4,7 @@ import itertools
 import random
 
 import pytest
-from amaranth.hdl import Cat, Const, Fragment, Module, Signal
+from amaranth.hdl import C, Cat, Const, Fragment, Module, Signal
 from amaranth.sim import Simulator
 
 from neuron_fabric.hw.lane_logic import (joined_equal, joined_greater, kept_compare, kept_halves,
@@ -195,10 +195,12 @@ def test_shared_bit_terms_join_the_lines_that_read_one_bit():
              (Signal(), Cat(row[4], row[1])),           # row bits 4, 1
              (Signal(), row[0:2].as_signed()),          # row bits 0, 1 again
              (Signal(), ~other),                        # gates: never shared
-             (Signal(), ~other)]
-    assert [[indices for indices, _ in bit] for bit in shared_bit_terms(terms)] == [
-        [(0, 2), (1,), (3,), (4,)],
-        [(0, 1, 2), (3,), (4,)],
+             (Signal(), ~other),
+             (Signal(), Cat(other[1], C(0, 1))),        # a bit of another input; a constant
+             (Signal(), Cat(row[1] ^ row[1], row[5]))]  # a gate that is 0; row bit 5
+    assert [[indices for indices, _ in bit] for bit in shared_bit_terms(terms, [row, other])] == [
+        [(0, 2), (1,), (3,), (4,), (5,), (6,)],
+        [(0, 1, 2), (3,), (4,), (5,), (6,)],
     ]
 
 
@@ -215,7 +217,7 @@ def test_a_code_over_shared_terms_reads_like_select_line():
     lines = [row[k::5][:2] for k in range(5)] + [Cat(row[2 * k], row[2 * k + 1]) for k in range(3)]
     selects = Signal(len(lines))
     terms = [(selects[i], line) for i, line in enumerate(lines)]
-    shared = shared_bit_terms(terms)
+    shared = shared_bit_terms(terms, [row])
     assert sum(len(bit) for bit in shared) < 2 * len(lines)
     coded, plain_out = Signal(2), Signal(2)
     bits = []

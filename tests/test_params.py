@@ -241,6 +241,24 @@ def test_fabric_params_bad_parameter_is_refused_with_its_rule(kwargs, error, mes
         FabricParams(**kwargs)
 
 
+def test_fabric_params_replace_works_out_a_derived_counter_width_again():
+    wide = dataclasses.replace(FabricParams(), max_workers=64)
+    assert wide.counter_bits == 7 and wide == FabricParams(max_workers=64)
+    narrow = dataclasses.replace(PRESETS["small"], max_workers=16, line_bits=512)
+    assert narrow.counter_bits == 5 and narrow.name == "l512_w16_c5_d8_n2"
+    assert dataclasses.replace(wide, max_workers=4).counter_bits == 3
+
+
+def test_fabric_params_replace_keeps_a_given_counter_width():
+    given = FabricParams(max_workers=16, counter_bits=3)
+    assert dataclasses.replace(given, max_workers=64).counter_bits == 3
+    assert dataclasses.replace(FabricParams(), counter_bits=2).counter_bits == 2
+    chosen = dataclasses.replace(FabricParams(), counter_bits=2)
+    assert dataclasses.replace(chosen, max_workers=64).counter_bits == 2
+    with pytest.raises(ValueError, match=exact("counter_bits must be between 1 and 3, not 5")):
+        dataclasses.replace(FabricParams(counter_bits=5), max_workers=4)
+
+
 def test_fabric_params_presets():
     assert PRESETS["default"] == FabricParams()
     small = PRESETS["small"]

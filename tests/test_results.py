@@ -1,6 +1,9 @@
-"""The README's results table: filled from the reports, absent ones marked, rewritten in place."""
+"""The results table: filled from the reports, absent ones marked, written under build/; the
+README's copy rewritten in place only on request, keeping the rows whose report is absent."""
 
 import json
+import pathlib
+import subprocess
 
 import pytest
 
@@ -220,7 +223,59 @@ def test_readme_without_one_pair_of_markers_is_refused(text):
         results.rewrite(text, "| table |", name="README.md")
 
 
-def test_command_line_rewrites_the_readme_and_names_what_is_missing(tmp_path, capsys):
+def test_a_row_whose_report_is_absent_keeps_its_line_in_the_readme(tmp_path):
+    build = tmp_path / "build"
+    _fake_reports(build)
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results.update_readme(readme, build)
+    measured = results.table_rows(readme.read_text())
+    assert list(measured) == [label for label, _, _ in results.ROWS]
+    # Another machine ran the quick flow and the training checks only.
+    (build / "fpga" / "report.json").unlink()
+    (build / "combiner" / "report.json").unlink()
+    _write(build / "bench" / "golden.json", {
+        "workers": 4, "encode_share_of_copy": {"gbinary": 1.5, "gternary": 0.5},
+        "lanes_per_s": {"gbinary_aggregate_planes": 1e9, "gternary_aggregate_planes": 2e9}})
+    assert results.update_readme(readme, build) is True
+    rows = results.table_rows(readme.read_text())
+    assert list(rows) == list(measured)
+    for label, key, _ in results.ROWS:
+        if key in ("fpga", "combiner"):
+            assert rows[label] == measured[label], label
+    assert rows["Golden model, one core"] != measured["Golden model, one core"]
+    assert "4-worker aggregation" in rows["Golden model, one core"]
+    assert "not measured yet" not in readme.read_text()
+
+
+def test_a_row_never_measured_reads_not_measured_yet_in_the_readme(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    results.update_readme(readme, tmp_path / "empty")
+    rows = results.table_rows(readme.read_text())
+    assert list(rows) == [label for label, _, _ in results.ROWS]
+    assert all("| not measured yet (`make " in line for line in rows.values())
+
+
+def test_command_line_writes_the_table_under_build_and_leaves_the_readme(tmp_path, capsys,
+                                                                          monkeypatch):
+    build = tmp_path / "build"
+    _fake_reports(build)
+    (build / "combiner" / "report.json").unlink()
+    readme = tmp_path / "README.md"
+    readme.write_text(README)
+    monkeypatch.chdir(tmp_path)
+    assert results.main(["--build", "build", "--out", "build/results.md"]) == 0
+    out = capsys.readouterr().out
+    written = (build / "results.md").read_text()
+    assert written == results.table(pathlib.Path("build")) + "\n"
+    assert written.rstrip("\n") in out
+    assert "table written to build/results.md" in out
+    assert "not measured yet: make combiner-eval" in out
+    assert readme.read_text() == README
+
+
+def test_command_line_rewrites_the_readme_and_names_what_is_kept(tmp_path, capsys):
     build = tmp_path / "build"
     _fake_reports(build)
     (build / "combiner" / "report.json").unlink()
@@ -228,8 +283,31 @@ def test_command_line_rewrites_the_readme_and_names_what_is_missing(tmp_path, ca
     readme.write_text(README)
     assert results.main(["--build", str(build), "--readme", str(readme)]) == 0
     out = capsys.readouterr().out
-    assert "rewritten" in out and "not measured yet: make combiner-eval" in out
+    assert "rewritten" in out and "kept as they were (make combiner-eval)" in out
     assert "| Write combiner: bytes written, reduction | not measured yet" in readme.read_text()
     readme.write_text("no markers\n")
     assert results.main(["--build", str(build), "--readme", str(readme)]) == 2
     assert "must hold the line" in capsys.readouterr().err
+
+
+def test_the_readme_holds_the_markers_and_a_line_for_every_row():
+    readme = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+    rows = results.table_rows(readme.read_text(encoding="utf-8"))
+    assert list(rows) == [label for label, _, _ in results.ROWS]
+
+
+def _make_dry_run(target):
+    root = pathlib.Path(__file__).resolve().parent.parent
+    return subprocess.run(["make", "-n", "-C", str(root), target], capture_output=True,
+                          text=True, check=True).stdout
+
+
+def test_make_all_writes_the_table_under_build_and_leaves_the_readme():
+    commands = _make_dry_run("all")
+    assert "neuron_fabric.experiments.results --build build --out build/results.md" in commands
+    assert "--readme" not in commands and "README.md" not in commands
+
+
+def test_make_readme_results_rewrites_the_readme():
+    assert "neuron_fabric.experiments.results --build build --readme README.md" in \
+        _make_dry_run("readme-results")

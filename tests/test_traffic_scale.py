@@ -218,7 +218,7 @@ def test_bucket_layout_is_the_one_ddp_builds(tmp_path):
             ddp(torch.randn(4, 16)).sum().backward()
     finally:
         dist.destroy_process_group()
-    first, later = traffic_scale.ddp_buckets(model, bucket_cap_mb=0.05)
+    first, later = hooks.ddp_buckets(model, bucket_cap_mb=0.05)
     assert len(later) > 1
     assert sorted(seen[0]) == sorted(sorted(n for n, _ in b) for b in first)
     assert sorted(seen[1]) == sorted(seen[2]) == sorted(sorted(n for n, _ in b) for b in later)
@@ -248,3 +248,26 @@ def test_command_prints_where_the_reports_went(tmp_path, capsys):
     assert "resnet18_cifar100" in out and str(tmp_path / "report.md") in out
     assert (tmp_path / "report.json").is_file()
     assert not (tmp_path / "hook_cost.json").exists()  # timing the hooks was skipped
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "steps must be at least 1, not 0"),
+    (["--workers", "65"], "workers must be between 1 and 64, not 65"),
+    (["--bucket-cap-mb", "-1"], "bucket cap must be a positive number, not '-1'"),
+    (["--hook-steps", "two"], "hook steps must be an integer, not 'two'"),
+])
+def test_the_command_line_refuses_bad_arguments(argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as exit_info:
+        traffic_scale.main(["--out", str(tmp_path), *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_line_shows_a_fault_with_its_traceback(monkeypatch, tmp_path):
+    def faulty(*args, **kwargs):
+        raise ValueError("a fault in the count")
+
+    monkeypatch.setattr(traffic_scale, "run", faulty)
+    with pytest.raises(ValueError, match="a fault in the count"):
+        traffic_scale.main(["--out", str(tmp_path), "--models", "resnet18_cifar100",
+                            "--no-hook-cost"])

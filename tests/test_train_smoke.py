@@ -124,3 +124,26 @@ def test_report_markdown_has_the_readout_lines_section():
     assert "## Readout lines per slot (512-bit lines, 16 workers, 5-bit counters)" in text
     assert "| readout | padded-lane format | bit-planes | saved |" in text
     assert "| SUMS | 4 | 3 | 1 (25%) |" in text and "| SIGN | 1 | 1 | 0 |" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--workers", "0"], "workers must be between 1 and 64, not 0"),
+    (["--seed", "x"], "seed must be an integer, not 'x'"),
+    (["--only", "nothing"], "invalid choice: 'nothing'"),
+])
+def test_the_command_line_refuses_bad_arguments_before_training(argv, message, capsys,
+                                                                monkeypatch):
+    monkeypatch.setattr(train_check, "run", lambda *a, **k: pytest.fail("trained"))
+    with pytest.raises(SystemExit) as exit_info:
+        train_check.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_command_line_shows_a_fault_with_its_traceback(monkeypatch):
+    def faulty(*args, **kwargs):
+        raise TypeError("a fault in a training arm")
+
+    monkeypatch.setattr(train_check, "run", faulty)
+    with pytest.raises(TypeError, match="a fault in a training arm"):
+        train_check.main(["--workers", "2"])
