@@ -1,8 +1,8 @@
 """Write-combining gradient accumulator: lossless, set-associative, with flush and burst drain.
 
 The write sequence the block produces is defined by :mod:`neuron_fabric.golden.combiner`; this
-module is its cycle-level implementation: a pipeline of admission, lookup and execute stages
-that takes one update a clock, back-to-back updates to one set included.
+module is its cycle-level implementation: a pipeline of admission, lookup, execute and
+write-back stages that takes one update a clock, back-to-back updates to one set included.
 """
 
 from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
@@ -68,14 +68,16 @@ class WriteCombiner(wiring.Component):
 
     Pipeline: an accepted update is *looked up* in the next cycle (its set's row, read from
     memory with a registered read, and its set's valid bits and round-robin pointer, sampled
-    when it was accepted) and *executed* in the cycle after: the hit or miss, the sum, the
-    threshold, count and overflow tests and the victim, with the row, valid bits and pointer
-    written back at the end of that cycle. The lookup stage takes the set's state from the
-    last execution instead of memory when that execution wrote the same set in the cycle of
-    the read; the execute stage takes it from its own result when the update before was in
-    the same set. The tests that need the value alone (bypass, zero, tiny, ``T - value``,
-    ``high - value``, ...) are computed during the lookup, and each way compares its own sum
-    with them, so the loop from one execution to the next is a comparison and a choice.
+    when it was accepted; every way's tag compared with its tag) and *executed* in the cycle
+    after: the hit or miss, the sum, the threshold, count and overflow tests and the victim.
+    The result is registered and written back (row, valid bits, pointer) in the cycle after
+    that. Nothing waits for a result: the execute stage takes its own result for the next
+    update when both are in one set (distance 1), and the lookup stage takes the registered
+    results of the two executions whose write-back its read missed (distances 2 and 3)
+    instead of memory. The tests that need the value alone (bypass, zero, tiny,
+    ``T - value``, ``high - value``, ...) are made during the lookup, and each way compares
+    its own sum with them, so the loop from one execution to the next is a comparison and
+    a choice.
 
     Lossless by construction: an update is accepted only when the FIFO has room for a write
     from it and from every update still in flight (credits), so a full FIFO stalls the input
@@ -88,7 +90,7 @@ class WriteCombiner(wiring.Component):
     Throughput: one update per cycle while the FIFO has room (hits, misses, bypasses and
     evictions alike, to one set or one address back to back). The FIFO holds ``fifo_depth +
     CREDIT_LOOP`` entries, so that with downstream always ready no update waits. A flush
-    waits for the updates in flight (at most three cycles), then takes a cycle per set with
+    waits for the updates in flight (at most four cycles), then takes a cycle per set with
     no valid entry and one per set plus one per entry for the others, plus a cycle per
     FIFO-full stall, then as long as downstream takes to empty the FIFO.
 
@@ -225,42 +227,46 @@ class WriteCombiner(wiring.Component):
                      l_bits.eq(valid[in_set]), l_ptr.eq(victim_ptr[in_set])]
         l_set, l_tag = split(l_addr)
 
-        # The last execution's result for its set: the row it wrote is not in memory yet for
-        # a read in the same cycle.
-        last_valid = Signal()
-        last_set = Signal(range(p.sets))
-        last_row = Signal(row_layout)
-        last_bits = Signal(n_ways)
-        last_ptr = Signal(range(n_ways))
+        # An execution's result is registered (`commit`) and written to the row memory, the
+        # valid bits and the pointer a cycle later, at the edge where the next update's row
+        # is read; the result before it (`older`) was written at the edge where the row of
+        # the update in lookup was read. Neither is in what that update read.
+        result_layout = data.StructLayout({"set": range(p.sets), "bits": n_ways,
+                                           "ptr": range(n_ways), "row": row_layout})
+        commit, older = Signal(result_layout), Signal(result_layout)
+        commit_valid, older_valid = Signal(), Signal()
 
         # Where the update in lookup finds its set, decided when it was accepted (compares of
         # registers and inputs, registered; copies a way keep each select's fan-out small):
-        # - from_last: the execution one cycle before its lookup wrote the same set;
         # - forward: the update just ahead of it, executing while it is looked up, is in the
-        #   same set; same_addr says whether it also has the same address.
+        #   same set (same_addr: and has the same address);
+        # - from_commit: the update two ahead, in execute at acceptance, is in the same set;
+        # - from_older: the update three ahead, committing at acceptance, is in the same set.
         x_valid = Signal()
         x_addr = Signal(p.addr_width)
         x_set, x_tag = split(x_addr)
-        last_next_valid = x_valid | last_valid
-        last_next_set = Mux(x_valid, x_set, last_set)
-        from_last = [Signal(name=f"from_last_w{w}", attrs={"keep": 1}) for w in range(n_ways)]
-        forward = [Signal(name=f"forward_w{w}", attrs={"keep": 1}) for w in range(n_ways)]
-        from_last_ptr = Signal(attrs={"keep": 1})
-        forward_ptr = Signal(attrs={"keep": 1})
+
+        def copies(name, value):
+            signals = [Signal(name=f"{name}_w{w}", attrs={"keep": 1}) for w in range(n_ways)]
+            signals.append(Signal(name=f"{name}_ptr", attrs={"keep": 1}))
+            m.d.sync += [copy.eq(value) for copy in signals]
+            return signals
+
+        forward = copies("forward", l_valid & (in_set == l_set))
+        from_commit = copies("from_commit", x_valid & (in_set == x_set))
+        from_older = copies("from_older", commit_valid & (in_set == commit.set))
         same_addr = Signal()
-        for copy in from_last + [from_last_ptr]:
-            m.d.sync += copy.eq(last_next_valid & (in_set == last_next_set))
-        for copy in forward + [forward_ptr]:
-            m.d.sync += copy.eq(l_valid & (in_set == l_set))
         m.d.sync += same_addr.eq(upd.addr == l_addr)
 
         l_view = Signal(view_layout)
         for w in range(n_ways):
-            entry = Mux(from_last[w], last_row[w], row_read.data[w])
-            m.d.comb += [l_view.ways[w].entry.eq(entry),
-                         l_view.ways[w].valid.eq(Mux(from_last[w], last_bits[w], l_bits[w])),
+            entry = Mux(from_commit[w], commit.row[w],
+                        Mux(from_older[w], older.row[w], row_read.data[w]))
+            bit = Mux(from_commit[w], commit.bits[w], Mux(from_older[w], older.bits[w], l_bits[w]))
+            m.d.comb += [l_view.ways[w].entry.eq(entry), l_view.ways[w].valid.eq(bit),
                          l_view.ways[w].match.eq(l_view.ways[w].entry.tag == l_tag)]
-        m.d.comb += l_view.ptr.eq(Mux(from_last_ptr, last_ptr, l_ptr))
+        m.d.comb += l_view.ptr.eq(Mux(from_commit[-1], commit.ptr,
+                                      Mux(from_older[-1], older.ptr, l_ptr)))
 
         # The value's own tests, ready for the execute stage.
         def at_least(x, limit):
@@ -343,14 +349,15 @@ class WriteCombiner(wiring.Component):
         m.d.comb += out_ptr.eq(Mux(evict & (x_view.ptr != n_ways - 1), x_view.ptr + 1,
                                    Mux(evict, 0, x_view.ptr)))
 
-        # The execution's result: the set's row, valid bits and pointer written back, kept as
-        # the last result for the lookup stage.
-        with m.If(x_valid):
-            m.d.sync += [valid[x_set].eq(out_bits), victim_ptr[x_set].eq(out_ptr),
-                         last_valid.eq(1), last_set.eq(x_set), last_row.eq(out_row),
-                         last_bits.eq(out_bits), last_ptr.eq(out_ptr)]
-        m.d.comb += [row_write.addr.eq(x_set), row_write.data.eq(out_row),
-                     row_write.en.eq(x_valid)]
+        # The execution's result, committed in the next cycle.
+        m.d.sync += [commit_valid.eq(x_valid), commit.set.eq(x_set), commit.row.eq(out_row),
+                     commit.bits.eq(out_bits), commit.ptr.eq(out_ptr),
+                     older_valid.eq(commit_valid), older.eq(commit)]
+        with m.If(commit_valid):
+            m.d.sync += [valid[commit.set].eq(commit.bits),
+                         victim_ptr[commit.set].eq(commit.ptr)]
+        m.d.comb += [row_write.addr.eq(commit.set), row_write.data.eq(commit.row),
+                     row_write.en.eq(commit_valid)]
 
         # The next update's view. From the lookup stage, or, in the same set, this execution's
         # result: a way it changes is loaded with the change, a way it leaves alone holds its
@@ -373,7 +380,7 @@ class WriteCombiner(wiring.Component):
                 m.d.sync += [way.valid.eq(1), way.entry.tag.eq(x_tag),
                              way.entry.acc.eq(x_value), way.entry.count.eq(1)]
             m.d.sync += way.match.eq(Mux(fwd & alloc[w], same_addr, l_view.ways[w].match))
-        m.d.sync += x_view.ptr.eq(Mux(forward_ptr, out_ptr, l_view.ptr))
+        m.d.sync += x_view.ptr.eq(Mux(forward[-1], out_ptr, l_view.ptr))
 
         # ---- write register: at most one write an execution, chosen in the next cycle ----
         push = Signal()
@@ -417,7 +424,7 @@ class WriteCombiner(wiring.Component):
 
         def next_set():
             with m.If(scan_set == p.sets - 1):
-                m.d.sync += [mode.eq(_Mode.DRAIN), last_valid.eq(0)]
+                m.d.sync += mode.eq(_Mode.DRAIN)
                 m.d.sync += [bits.eq(0) for bits in valid]
             with m.Else():
                 m.d.sync += scan_set.eq(scan_set + 1)
@@ -431,7 +438,7 @@ class WriteCombiner(wiring.Component):
                 with m.If(self.i_flush):
                     m.d.sync += mode.eq(_Mode.SETTLE)
             with m.Case(_Mode.SETTLE):
-                with m.If(~l_valid & ~x_valid & ~w_valid):
+                with m.If(~l_valid & ~x_valid & ~commit_valid & ~w_valid):
                     m.d.sync += [mode.eq(_Mode.SCAN), scan_set.eq(0), scan_loaded.eq(0)]
             with m.Case(_Mode.SCAN):
                 with m.If(~scan_loaded):
@@ -467,7 +474,7 @@ class WriteCombiner(wiring.Component):
         level_next = fifo.level + (fifo.w_en & fifo.w_rdy) - (fifo.r_en & fifo.r_rdy)
         m.d.sync += draining.eq(drain_now & (level_next != 0))
 
-        in_flight = l_valid | x_valid | w_valid
+        in_flight = l_valid | x_valid | commit_valid | w_valid
         m.d.comb += [self.o_flushing.eq(mode != _Mode.RUN),
                      self.o_idle.eq((mode == _Mode.RUN) & ~in_flight & ~Cat(valid).any()
                                     & (fifo.level == 0)),
