@@ -425,8 +425,9 @@ def markdown(report):
             f"{row['dropped']} | {row['zero_updates']:,} | {row['causes']['overflow']} |")
     if report.get("throughput"):
         lines += ["", "Throughput of the hardware block (Amaranth's simulator, an update offered "
-                  "every cycle, downstream always ready; its writes checked against the model's):",
-                  "", "| stream | order | buffer | threshold | updates | cycles | updates per cycle "
+                  "every cycle, downstream always ready; its writes checked against the "
+                  "model's):", "",
+                  "| stream | order | buffer | threshold | updates | cycles | updates per cycle "
                   "| single-cycle block |", "|---|---|---|---|---:|---:|---:|---:|"]
         for t in report["throughput"]:
             threshold = "off" if t["threshold"] is None else t["threshold"]
