@@ -90,7 +90,7 @@ class WriteCombiner(wiring.Component):
     Throughput: one update per cycle while the FIFO has room (hits, misses, bypasses and
     evictions alike, to one set or one address back to back). The FIFO holds ``fifo_depth +
     CREDIT_LOOP`` entries, so that with downstream always ready no update waits. A flush
-    waits for the updates in flight (at most four cycles), then takes a cycle per set with
+    waits for the updates in flight (at most four cycles), then takes two cycles per set with
     no valid entry and one per set plus one per entry for the others, plus a cycle per
     FIFO-full stall, then as long as downstream takes to empty the FIFO.
 
@@ -420,12 +420,15 @@ class WriteCombiner(wiring.Component):
         for w in range(n_ways):
             m.d.comb += first_pending[w].eq(scan_pending[w] & ~scan_pending[:w].any()
                                             if w else scan_pending[0])
-        scan_bits = valid[scan_set]
+        scan_clear = Signal()      # the scan is over: every valid bit is cleared
+        with m.If(scan_clear):
+            m.d.sync += [bits.eq(0) for bits in valid]
+        m.d.sync += scan_clear.eq(0)
 
         def next_set():
+            m.d.sync += scan_loaded.eq(0)
             with m.If(scan_set == p.sets - 1):
-                m.d.sync += mode.eq(_Mode.DRAIN)
-                m.d.sync += [bits.eq(0) for bits in valid]
+                m.d.sync += [mode.eq(_Mode.DRAIN), scan_clear.eq(1)]
             with m.Else():
                 m.d.sync += scan_set.eq(scan_set + 1)
 
@@ -441,11 +444,11 @@ class WriteCombiner(wiring.Component):
                 with m.If(~l_valid & ~x_valid & ~commit_valid & ~w_valid):
                     m.d.sync += [mode.eq(_Mode.SCAN), scan_set.eq(0), scan_loaded.eq(0)]
             with m.Case(_Mode.SCAN):
+                # A set's valid bits are read with its row and tested a cycle later.
                 with m.If(~scan_loaded):
-                    with m.If(scan_bits.any()):
-                        m.d.sync += [scan_loaded.eq(1), scan_pending.eq(scan_bits)]
-                    with m.Else():
-                        next_set()
+                    m.d.sync += [scan_loaded.eq(1), scan_pending.eq(valid[scan_set])]
+                with m.Elif(scan_pending == 0):
+                    next_set()
                 with m.Else():
                     m.d.comb += [scan_push.eq(1), scan_wb.delta.eq(0)]
                     for w in range(n_ways):
@@ -455,7 +458,6 @@ class WriteCombiner(wiring.Component):
                     with m.If(fifo.w_rdy):
                         m.d.sync += scan_pending.eq(scan_pending & ~first_pending)
                         with m.If((scan_pending & ~first_pending) == 0):
-                            m.d.sync += scan_loaded.eq(0)
                             next_set()
             with m.Case(_Mode.DRAIN):
                 with m.If(fifo.level == 0):
