@@ -23,15 +23,23 @@ replayed with the final flush and without it: without a flush, entries still hel
 are never written, which is how the seed's 2.99x was counted. The dual-threshold variant
 (small threshold 4) is replayed lossless and lossy.
 
+**Throughput of the hardware block.** The seed's phases and the first ``--rtl-updates``
+updates of each workload's lock-step stream (one step, 32 x 4 buffer, no threshold) run
+through :class:`neuron_fabric.hw.combiner.WriteCombiner` in Amaranth's simulator, the source
+offering an update every cycle and downstream always ready. The rate is the updates
+accepted per cycle from the first acceptance to the last; the block's writes, after a final
+flush, are checked against the model's.
+
 Command line::
 
     python -m neuron_fabric.experiments.combiner_eval --traces build/traces --out build/combiner \\
-        [--steps N] [--quick]
+        [--steps N] [--rtl-updates N] [--quick]
 
 writes ``report.json``, ``report.md`` and ``reduction.png`` into ``--out``.
 """
 
 import argparse
+import dataclasses
 import json
 import pathlib
 import sys
@@ -44,7 +52,7 @@ from . import traces as traces_module
 from ..golden.validate import check_int, int_argument
 
 __all__ = ["SEED_REPORTED", "SEED_PARAMS", "seed_stream", "quantize", "trace_stream",
-           "replay", "evaluate", "main"]
+           "replay", "rtl_rate", "evaluate", "main"]
 
 #: The seed design's published figures: input and output transactions and its ratio.
 SEED_REPORTED = {"updates": 1448, "writes": 484, "bytes_in": 5792, "bytes_out": 1936,
@@ -58,6 +66,13 @@ BUFFERS = ((8, 2), (32, 4), (128, 4), (256, 8), (512, 8))
 THRESHOLDS = (2048, 8192, None)
 QUICK_BUFFERS = ((8, 2), (32, 4), (128, 4))
 QUICK_THRESHOLDS = (2048, None)
+
+#: Updates of each workload's stream that the hardware block's throughput is measured on.
+RTL_UPDATES = 4096
+QUICK_RTL_UPDATES = 512
+
+#: The single-cycle block's rate, one update a cycle, that the pipelined block must keep.
+SINGLE_CYCLE_RATE = 1.0
 
 
 def seed_stream():
@@ -205,6 +220,63 @@ def replay(name, params, addr, value, *, flush_after=(), final_flush=True, extra
     return row
 
 
+def rtl_rate(params, addr, value):
+    """Run ``addr``/``value`` through the hardware block in Amaranth's simulator.
+
+    The source offers an update every cycle and downstream is always ready; after the last
+    update the block is flushed. Returns a dict: ``updates``, ``cycles`` (from the first
+    acceptance to the last, both counted) and ``updates_per_cycle``. Raises
+    ``AssertionError`` when the block's writes differ from the model's.
+    """
+    from amaranth.sim import Simulator
+
+    from ..hw.combiner import WriteCombiner
+
+    dut = WriteCombiner(**dataclasses.asdict(params))
+    addr_list = [int(a) for a in addr]
+    value_list = [int(v) for v in value]
+    n = len(addr_list)
+    accepted, writes = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.o_wb.ready, 1)
+        i = 0
+        flushed = False
+        for cycle in range(4 * n + 20 * params.entries + 1000):
+            if i < n:
+                ctx.set(dut.i_upd.valid, 1)
+                ctx.set(dut.i_upd.payload, {"addr": addr_list[i], "value": value_list[i]})
+            else:
+                ctx.set(dut.i_upd.valid, 0)
+                ctx.set(dut.i_flush, not flushed)
+                if not flushed and not ctx.get(dut.o_flushing):
+                    flushed = True
+                elif flushed and ctx.get(dut.o_idle):
+                    return
+            if i < n and ctx.get(dut.i_upd.ready):
+                accepted.append(cycle)
+                i += 1
+            if ctx.get(dut.o_wb.valid):
+                payload = ctx.get(dut.o_wb.payload)
+                writes.append((int(payload.addr), int(payload.delta)))
+            await ctx.tick()
+        raise AssertionError(f"the block did not finish: {i} of {n} updates accepted")
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    expected = combiner.run(params, addr, value)
+    want = list(zip(expected.addr.tolist(), expected.delta.tolist()))
+    if writes != want:
+        first = next((k for k, (a, b) in enumerate(zip(writes, want)) if a != b),
+                     min(len(writes), len(want)))
+        raise AssertionError(f"the block's write {first} differs from the model's "
+                             f"({len(writes)} writes, model {len(want)})")
+    cycles = accepted[-1] - accepted[0] + 1
+    return {"updates": n, "cycles": cycles, "updates_per_cycle": n / cycles}
+
+
 def _missing(traces_dir):
     missing = []
     for workload in traces_module.WORKLOADS:
@@ -215,12 +287,15 @@ def _missing(traces_dir):
     return missing
 
 
-def evaluate(traces_dir, *, steps=2, quick=False, log=print):
-    """Run the whole evaluation and return the report (a dict with ``rows``).
+def evaluate(traces_dir, *, steps=2, quick=False, rtl_updates=None, log=print):
+    """Run the whole evaluation and return the report (a dict with ``rows`` and
+    ``throughput``).
 
     ``steps`` captured steps are replayed per workload, spread evenly from the first to the
-    last; ``quick`` takes a smaller sweep (for tests). Raises ``FileNotFoundError`` naming the
-    missing trace files and the command that writes them.
+    last; ``quick`` takes a smaller sweep (for tests). ``rtl_updates`` updates of each
+    workload's stream go through the hardware block (default :data:`RTL_UPDATES`, or
+    :data:`QUICK_RTL_UPDATES` with ``quick``; 0 for none). Raises ``FileNotFoundError`` naming
+    the missing trace files and the command that writes them.
     """
     traces_dir = pathlib.Path(traces_dir)
     missing = _missing(traces_dir)
@@ -230,6 +305,9 @@ def evaluate(traces_dir, *, steps=2, quick=False, log=print):
             f"{'is' if len(missing) == 1 else 'are'} missing; write them with `make traces` "
             f"(or `python -m neuron_fabric.experiments.traces capture --out {traces_dir}`)")
     steps = check_int("steps", steps, low=1)
+    if rtl_updates is None:
+        rtl_updates = QUICK_RTL_UPDATES if quick else RTL_UPDATES
+    rtl_updates = check_int("rtl_updates", rtl_updates, low=0)
     buffers = QUICK_BUFFERS if quick else BUFFERS
     thresholds = QUICK_THRESHOLDS if quick else THRESHOLDS
     value_width = 16
@@ -246,6 +324,12 @@ def evaluate(traces_dir, *, steps=2, quick=False, log=print):
     rows.append(replay("seed phases", dual, addr, value))
     lossy = combiner.CombinerParams(**SEED_PARAMS, small_threshold=4, lossy=True)
     rows.append(replay("seed phases", lossy, addr, value))
+    throughput = []
+    if rtl_updates:
+        throughput.append({"stream": "seed phases", "order": "as built", **SEED_PARAMS,
+                           **rtl_rate(seed_params, addr, value)})
+        log(f"combiner-eval: hardware block on the seed phases: "
+            f"{throughput[-1]['updates_per_cycle']:.3f} updates per cycle")
 
     workloads = {}
     for workload in traces_module.WORKLOADS:
@@ -260,6 +344,15 @@ def evaluate(traces_dir, *, steps=2, quick=False, log=print):
                                                   chunk=chunk, order=order)
             workloads[workload]["updates"] = int(addr.size)
             extra = {"order": order, "steps": workloads[workload]["steps"]}
+            if rtl_updates and order == "lockstep":
+                params = combiner.CombinerParams(sets=32, ways=4, threshold=None)
+                head = slice(0, min(rtl_updates, flushes[0]))
+                throughput.append({"stream": workload, "order": order, "sets": 32, "ways": 4,
+                                   "threshold": None,
+                                   **rtl_rate(params, addr[head], value[head])})
+                log(f"combiner-eval: hardware block on {workload}, first "
+                    f"{throughput[-1]['updates']} updates: "
+                    f"{throughput[-1]['updates_per_cycle']:.3f} updates per cycle")
             for sets, ways in order_buffers:
                 for threshold in thresholds:
                     params = combiner.CombinerParams(sets=sets, ways=ways, threshold=threshold)
@@ -283,7 +376,8 @@ def evaluate(traces_dir, *, steps=2, quick=False, log=print):
     return {"seed_reported": SEED_REPORTED, "seed_params": SEED_PARAMS,
             "quantization": "per parameter and step, scale = max|g| over the workers / "
                             "(2**15 - 1), q = rint(g / scale), int16",
-            "workloads": workloads, "rows": rows}
+            "workloads": workloads, "rows": rows, "throughput": throughput,
+            "single_cycle_rate": SINGLE_CYCLE_RATE}
 
 
 def _label(row):
@@ -329,6 +423,17 @@ def markdown(report):
             f"{row['writes']:,} | {row['bytes_in']:,} | {row['bytes_out']:,} | "
             f"{row['reduction']:.2f}x | {row['byte_reduction']:.2f}x | {row['held_at_end']} | "
             f"{row['dropped']} | {row['zero_updates']:,} | {row['causes']['overflow']} |")
+    if report.get("throughput"):
+        lines += ["", "Throughput of the hardware block (Amaranth's simulator, an update offered "
+                  "every cycle, downstream always ready; its writes checked against the "
+                  "model's):", "",
+                  "| stream | order | buffer | threshold | updates | cycles | updates per cycle "
+                  "| single-cycle block |", "|---|---|---|---|---:|---:|---:|---:|"]
+        for t in report["throughput"]:
+            threshold = "off" if t["threshold"] is None else t["threshold"]
+            lines.append(f"| {t['stream']} | {t['order']} | {t['sets']}x{t['ways']} | "
+                         f"{threshold} | {t['updates']:,} | {t['cycles']:,} | "
+                         f"{t['updates_per_cycle']:.3f} | {report['single_cycle_rate']:.1f} |")
     lines += ["", "Workloads replayed:", ""]
     for name, info in report["workloads"].items():
         lines.append(f"- {name}: {info['workers']} workers, {info['elements']:,} elements, "
@@ -379,6 +484,10 @@ def _parser():
                         help="folder for report.json, report.md, reduction.png")
     parser.add_argument("--steps", type=int_argument("steps", low=1), default=2,
                         help="captured steps replayed per workload (default 2: first, last)")
+    parser.add_argument("--rtl-updates", type=int, default=None,
+                        help=f"updates of each workload's stream run through the hardware block "
+                             f"for its throughput (default {RTL_UPDATES}, {QUICK_RTL_UPDATES} "
+                             f"with --quick; 0 for none)")
     parser.add_argument("--quick", action="store_true", help="a smaller sweep")
     return parser
 
@@ -390,6 +499,7 @@ def main(argv=None):
     started = time.perf_counter()
     try:
         report = evaluate(args.traces, steps=args.steps, quick=args.quick,
+                          rtl_updates=args.rtl_updates,
                           log=lambda line: print(line, flush=True))
     except FileNotFoundError as error:
         print(f"combiner-eval: error: {error}", file=sys.stderr)

@@ -221,6 +221,9 @@ def combiner(report):
     seed = [r for r in rows if r["stream"] == "seed phases" and plain(r)]
     if seed:
         text += f"; the seed design's phases {seed[0]['byte_reduction']:.2f}x"
+    rates = [t["updates_per_cycle"] for t in report.get("throughput", [])]
+    if rates:
+        text += f"; the hardware block takes {min(rates):.2f} update a cycle on these streams"
     return text
 
 

@@ -1,10 +1,11 @@
 """Write-combining gradient accumulator: lossless, set-associative, with flush and burst drain.
 
 The write sequence the block produces is defined by :mod:`neuron_fabric.golden.combiner`; this
-module is its cycle-level implementation.
+module is its cycle-level implementation: a pipeline of admission, lookup, execute and
+write-back stages that takes one update a clock, back-to-back updates to one set included.
 """
 
-from amaranth import Array, Cat, Module, Mux, Shape, Signal, signed, unsigned
+from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
@@ -12,7 +13,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..golden.combiner import CombinerParams
 
-__all__ = ["update_layout", "write_layout", "entry_layout", "WriteCombiner"]
+__all__ = ["update_layout", "write_layout", "entry_layout", "way_layout", "CREDIT_LOOP",
+           "WriteCombiner"]
 
 
 def update_layout(addr_width, value_width):
@@ -26,15 +28,30 @@ def write_layout(addr_width, acc_width):
 
 
 def entry_layout(tag_width, max_updates, acc_width):
-    """One buffer entry as stored in a way's memory (the valid bit is kept in registers)."""
+    """One buffer entry as stored in its set's row (the valid bit is kept in registers)."""
     return data.StructLayout({"tag": unsigned(tag_width), "count": range(max_updates),
                               "acc": signed(acc_width)})
 
 
+def way_layout(tag_width, max_updates, acc_width):
+    """One way of a set as the execute stage sees it: the entry, its valid bit and whether its
+    tag is the tag of the update being executed."""
+    return data.StructLayout({"valid": 1, "match": 1,
+                              "entry": entry_layout(tag_width, max_updates, acc_width)})
+
+
+#: Cycles a write's room in the FIFO is held when downstream takes every write at once: the
+#: update's admission, lookup and execute cycles, the write register, the FIFO's two
+#: registers. The FIFO holds this many entries beyond ``fifo_depth``, so that one update a
+#: clock keeps flowing even when every update writes.
+CREDIT_LOOP = 6
+
+
 class _Mode(enum.Enum, shape=2):
-    RUN = 0    # accepting updates
-    SCAN = 1   # flush: writing back every valid entry, one (set, way) per cycle
-    DRAIN = 2  # flush: waiting for the write-back FIFO to empty
+    RUN = 0     # accepting updates
+    SETTLE = 1  # flush: the updates in flight finish
+    SCAN = 2    # flush: writing back every valid entry, one a cycle
+    DRAIN = 3   # flush: waiting for the write-back FIFO to empty
 
 
 class WriteCombiner(wiring.Component):
@@ -49,28 +66,46 @@ class WriteCombiner(wiring.Component):
     of accepted updates and flushes, are those of
     :class:`neuron_fabric.golden.combiner.Combiner`.
 
-    Lossless by construction: an update is accepted only when the write it causes (at most
-    one) fits into the write-back FIFO, so a full FIFO stalls the input instead of dropping;
-    an accumulation that would overflow writes the old sum back and restarts the entry rather
-    than clipping (``o_overflow`` reports that this happened; it is a sign that ``acc_width``
-    is narrow, not a loss); and a flush writes back every entry and empties the FIFO. Values
-    are dropped only in ``lossy`` mode, and only tiny misses (``|value| < small_threshold``).
+    Pipeline: an accepted update is *looked up* in the next cycle (its set's row, read from
+    memory with a registered read, and its set's valid bits and round-robin pointer, sampled
+    when it was accepted; every way's tag compared with its tag) and *executed* in the cycle
+    after: the hit or miss, the sum, the threshold, count and overflow tests and the victim.
+    The result is registered and written back (row, valid bits, pointer) in the cycle after
+    that. Nothing waits for a result: the execute stage takes its own result for the next
+    update when both are in one set (distance 1), and the lookup stage takes the registered
+    results of the two executions whose write-back its read missed (distances 2 and 3)
+    instead of memory. The tests that need the value alone (bypass, zero, tiny,
+    ``T - value``, ``high - value``, ...) are made during the lookup, and each way compares
+    its own sum with them, so the loop from one execution to the next is a comparison and
+    a choice.
+
+    Lossless by construction: an update is accepted only when the FIFO has room for a write
+    from it and from every update still in flight (credits), so a full FIFO stalls the input
+    instead of dropping; an accumulation that would overflow writes the old sum back and
+    restarts the entry rather than clipping (``o_overflow`` reports that this happened; it is
+    a sign that ``acc_width`` is narrow, not a loss); and a flush writes back every entry and
+    empties the FIFO. Values are dropped only in ``lossy`` mode, and only tiny misses
+    (``|value| < small_threshold``).
 
     Throughput: one update per cycle while the FIFO has room (hits, misses, bypasses and
-    evictions alike: the buffer is read and written in the same cycle, through asynchronous
-    read ports of one memory per way). A flush takes ``sets * ways`` cycles of scanning, plus
-    a cycle per FIFO-full stall, then as long as downstream takes to empty the FIFO.
+    evictions alike, to one set or one address back to back). The FIFO holds ``fifo_depth +
+    CREDIT_LOOP`` entries, so that with downstream always ready no update waits. A flush
+    waits for the updates in flight (at most four cycles), then takes two cycles per set with
+    no valid entry and one per set plus one per entry for the others, plus a cycle per
+    FIFO-full stall, then as long as downstream takes to empty the FIFO.
 
-    Latency: an accepted update's write, if any, enters the FIFO at the end of the cycle of
-    acceptance. The FIFO presents writes only in bursts: it starts when it holds ``burst``
-    entries (or during a flush) and then keeps ``o_wb.valid`` high until it is empty, so
-    downstream sees back-to-back writes. With ``burst=1`` a write is offered two cycles after
-    its update was accepted.
+    Latency: an accepted update is executed two cycles after the cycle of acceptance; its
+    write, if any, enters the FIFO in the cycle after that. The FIFO presents writes only in
+    bursts: it starts when it holds ``burst`` entries (or during a flush) and then keeps
+    ``o_wb.valid`` high until it is empty, so downstream sees back-to-back writes. With
+    ``burst=1`` a write is offered five cycles after its update was accepted.
 
     Backpressure: ``o_wb`` follows the stream rules (``valid`` never waits for ``ready`` and
-    is held until the transfer). ``i_upd.ready`` is low while a flush is in progress, and when
-    the update at the head of the stream would write while the FIFO is full; it depends
-    combinationally on ``i_upd.payload`` (a hit, for example, is accepted even then).
+    is held until the transfer). ``i_upd.ready`` comes from a register and does not depend
+    on the payload: it is low while a flush is in progress, and while the FIFO has no room
+    for one more write beside the writes of the updates in flight (an update that writes
+    nothing returns its room the cycle after its execution, one that writes when its write
+    leaves the FIFO).
 
     Flush: ``i_flush`` is sampled every cycle; a flush is taken in a cycle where it is high and
     ``o_flushing`` is low. An update transferred in that same cycle comes before the flush.
@@ -96,8 +131,8 @@ class WriteCombiner(wiring.Component):
     o_flushing : ``Out(1)``
         A flush is in progress.
     o_idle : ``Out(1)``
-        No flush in progress, no entry held and the FIFO empty: every accepted update has been
-        written out (or dropped in lossy mode).
+        No flush in progress, no update in flight, no entry held and the FIFO empty: every
+        accepted update has been written out (or dropped in lossy mode).
     o_overflow : ``Out(1)``
         Sticky: an accumulation would have overflowed ``acc_width`` bits and was written back
         early. Cleared by reset only.
@@ -106,6 +141,8 @@ class WriteCombiner(wiring.Component):
     ----------
     params : CombinerParams
         The validated parameters.
+    fifo_entries : int
+        Entries of the write-back FIFO, ``fifo_depth + CREDIT_LOOP``.
 
     Raises
     ------
@@ -128,6 +165,7 @@ class WriteCombiner(wiring.Component):
             self._MustUse__silence = True
             raise
         p = self.params
+        self.fifo_entries = p.fifo_depth + CREDIT_LOOP
         super().__init__({
             "i_upd": In(stream.Signature(update_layout(p.addr_width, p.value_width))),
             "o_wb": Out(stream.Signature(write_layout(p.addr_width, p.acc_width))),
@@ -140,166 +178,295 @@ class WriteCombiner(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         p = self.params
-        n_sets, n_ways = p.sets, p.ways
+        n_ways = p.ways
         wb_layout = write_layout(p.addr_width, p.acc_width)
         ent_layout = entry_layout(p.tag_width, p.max_updates, p.acc_width)
+        row_layout = data.ArrayLayout(ent_layout, n_ways)
+        view_layout = data.StructLayout({
+            "ways": data.ArrayLayout(way_layout(p.tag_width, p.max_updates, p.acc_width),
+                                     n_ways),
+            "ptr": range(n_ways)})
+        # The value's tests as sums' bounds: |acc + v| >= T is acc >= T - v or acc <= -T - v.
+        bound = signed(max(p.acc_width, p.value_width + 1, p.threshold
+                           and (p.threshold.bit_length() + 1) or 0) + 2)
+
+        def split(addr):
+            return addr[:p.set_bits], addr[p.set_bits:]
 
         m.submodules.wb_fifo = fifo = SyncFIFOBuffered(width=Shape.cast(wb_layout).width,
-                                                       depth=p.fifo_depth)
+                                                       depth=self.fifo_entries)
+        # One row a set holds every way's entry; read with a registered read, written whole
+        # by each execution. Valid bits and round-robin pointers live in registers, so that
+        # reset empties the buffer.
+        m.submodules.rows = rows = Memory(shape=row_layout, depth=p.sets, init=[])
+        row_read = rows.read_port(transparent_for=())
+        row_write = rows.write_port()
+        valid = Array(Signal(n_ways, name=f"valid_s{s}") for s in range(p.sets))
+        victim_ptr = Array(Signal(range(n_ways), name=f"victim_s{s}") for s in range(p.sets))
 
         mode = Signal(_Mode)
-        scan_set = Signal(range(n_sets))
-        scan_way = Signal(range(n_ways))
+        scan_set = Signal(range(p.sets))
         overflow = Signal()
 
+        # ---- admission: credits for the FIFO, `ready` from a register -------------------
+        room = Signal(range(self.fifo_entries + 1), init=self.fifo_entries)
+        ready = Signal(init=1)
+        admit = Signal()
         upd = self.i_upd.payload
-        value = upd.value
-        in_tag = upd.addr[p.set_bits:]
-        set_idx = Signal(range(n_sets))
-        m.d.comb += set_idx.eq(Mux(mode == _Mode.RUN, upd.addr[:p.set_bits], scan_set))
+        in_set, in_tag = split(upd.addr)
+        m.d.comb += [self.i_upd.ready.eq(ready), admit.eq(self.i_upd.valid & ready),
+                     row_read.addr.eq(Mux(mode == _Mode.RUN, in_set, scan_set))]
 
-        # Storage: one memory per way (tag, count, sum), read asynchronously so that an
-        # update is looked up and written back in one cycle; valid bits and round-robin
-        # pointers in registers, so that reset empties the buffer.
-        valid = [Signal(n_sets, name=f"valid_w{w}") for w in range(n_ways)]
-        victim_ptr = Array(Signal(range(n_ways), name=f"victim_s{s}") for s in range(n_sets))
-        read = []
-        write_ports = []
+        # ---- lookup -------------------------------------------------------------------
+        l_valid = Signal()
+        l_addr = Signal(p.addr_width)
+        l_value = Signal(signed(p.value_width))
+        l_bits = Signal(n_ways)             # the set's valid bits when it was accepted
+        l_ptr = Signal(range(n_ways))
+        m.d.sync += [l_valid.eq(admit), l_addr.eq(upd.addr), l_value.eq(upd.value),
+                     l_bits.eq(valid[in_set]), l_ptr.eq(victim_ptr[in_set])]
+        l_set, l_tag = split(l_addr)
+
+        # An execution's result is registered (`commit`) and written to the row memory, the
+        # valid bits and the pointer a cycle later, at the edge where the next update's row
+        # is read; the result before it (`older`) was written at the edge where the row of
+        # the update in lookup was read. Neither is in what that update read.
+        result_layout = data.StructLayout({"set": range(p.sets), "bits": n_ways,
+                                           "ptr": range(n_ways), "row": row_layout})
+        commit, older = Signal(result_layout), Signal(result_layout)
+        commit_valid, older_valid = Signal(), Signal()
+
+        # Where the update in lookup finds its set, decided when it was accepted (compares of
+        # registers and inputs, registered; copies a way keep each select's fan-out small):
+        # - forward: the update just ahead of it, executing while it is looked up, is in the
+        #   same set (same_addr: and has the same address);
+        # - from_commit: the update two ahead, in execute at acceptance, is in the same set;
+        # - from_older: the update three ahead, committing at acceptance, is in the same set.
+        x_valid = Signal()
+        x_addr = Signal(p.addr_width)
+        x_set, x_tag = split(x_addr)
+
+        def copies(name, value):
+            signals = [Signal(name=f"{name}_w{w}", attrs={"keep": 1}) for w in range(n_ways)]
+            signals.append(Signal(name=f"{name}_ptr", attrs={"keep": 1}))
+            m.d.sync += [copy.eq(value) for copy in signals]
+            return signals
+
+        forward = copies("forward", l_valid & (in_set == l_set))
+        from_commit = copies("from_commit", x_valid & (in_set == x_set))
+        from_older = copies("from_older", commit_valid & (in_set == commit.set))
+        same_addr = Signal()
+        m.d.sync += same_addr.eq(upd.addr == l_addr)
+
+        l_view = Signal(view_layout)
         for w in range(n_ways):
-            mem = m.submodules[f"way{w}"] = Memory(shape=ent_layout, depth=n_sets, init=[])
-            rp = mem.read_port(domain="comb")
-            wp = mem.write_port()
-            m.d.comb += [rp.addr.eq(set_idx), wp.addr.eq(set_idx)]
-            read.append(rp.data)
-            write_ports.append(wp)
-        valid_here = Signal(n_ways)
-        m.d.comb += valid_here.eq(Cat(v.bit_select(set_idx, 1) for v in valid))
-        any_valid = Signal()
-        m.d.comb += any_valid.eq(Cat(valid).any())
+            entry = Mux(from_commit[w], commit.row[w],
+                        Mux(from_older[w], older.row[w], row_read.data[w]))
+            bit = Mux(from_commit[w], commit.bits[w], Mux(from_older[w], older.bits[w], l_bits[w]))
+            m.d.comb += [l_view.ways[w].entry.eq(entry), l_view.ways[w].valid.eq(bit),
+                         l_view.ways[w].match.eq(l_view.ways[w].entry.tag == l_tag)]
+        m.d.comb += l_view.ptr.eq(Mux(from_commit[-1], commit.ptr,
+                                      Mux(from_older[-1], older.ptr, l_ptr)))
 
-        def select(index, name):
-            chosen = Signal(ent_layout, name=name)
-            with m.Switch(index):
-                for w in range(n_ways):
-                    with m.Case(w):
-                        m.d.comb += chosen.eq(read[w])
-            return chosen
-
-        hit = Signal(n_ways)
-        m.d.comb += hit.eq(Cat(valid_here[w] & (read[w].tag == in_tag) for w in range(n_ways)))
-        hit_way = Signal(range(n_ways))
-        free_way = Signal(range(n_ways))
-        for w in reversed(range(n_ways)):   # the lowest index wins
-            with m.If(hit[w]):
-                m.d.comb += hit_way.eq(w)
-            with m.If(~valid_here[w]):
-                m.d.comb += free_way.eq(w)
-        victim = Signal(range(n_ways))
-        m.d.comb += victim.eq(victim_ptr[set_idx])
-        hit_entry = select(hit_way, "hit_entry")
-        victim_entry = select(victim, "victim_entry")
-        scan_entry = select(scan_way, "scan_entry")
-
-        # Classification of the update at the head of the input stream.
-        def magnitude_at_least(x, limit):
+        # The value's own tests, ready for the execute stage.
+        def at_least(x, limit):
             return (x >= limit) | (x <= -limit)
 
-        big = Signal()
-        tiny = Signal()
-        if p.threshold is not None:
-            m.d.comb += big.eq(magnitude_at_least(value, p.threshold))
-        if p.small_threshold is not None:
-            m.d.comb += tiny.eq((value > -p.small_threshold) & (value < p.small_threshold))
-        total = Signal(signed(p.acc_width + 1))
-        m.d.comb += total.eq(hit_entry.acc + value)
+        v = l_value
         low, high = p.acc_range
-        fits = (total >= low) & (total <= high)
-        count = Signal(range(p.max_updates + 1))
-        m.d.comb += count.eq(hit_entry.count + 1)
-        reached = Signal()
-        m.d.comb += reached.eq((count == p.max_updates) | (total == 0))
+        l_big = at_least(v, p.threshold) if p.threshold is not None else Const(0)
+        l_tiny = ((v > -p.small_threshold) & (v < p.small_threshold)
+                  if p.small_threshold is not None else Const(0))
+        l_nothing = (v == 0) | (l_tiny if p.lossy else Const(0))   # on a miss: not kept
+
+        # ---- execute ------------------------------------------------------------------
+        x_value = Signal(signed(p.value_width))
+        x_big = Signal()           # bypass
+        x_keep = Signal()          # a miss takes a free way
+        x_evict = Signal()         # a miss in a full set evicts (else it is written through)
+        x_neg = Signal(bound)      # -v: the sum is 0
+        x_hi = Signal(bound)       # high - v, low - v: the sum fits acc_width bits
+        x_lo = Signal(bound)
+        x_up = Signal(bound)       # T - v, -T - v: the sum reaches the threshold
+        x_down = Signal(bound)
+        x_view = Signal(view_layout)
+        m.d.sync += [x_valid.eq(l_valid), x_addr.eq(l_addr), x_value.eq(v), x_big.eq(l_big),
+                     x_keep.eq(~l_nothing), x_evict.eq(~l_nothing & ~l_tiny),
+                     x_neg.eq(-v), x_hi.eq(high - v), x_lo.eq(low - v)]
         if p.threshold is not None:
-            with m.If(magnitude_at_least(total, p.threshold)):
-                m.d.comb += reached.eq(1)
+            m.d.sync += [x_up.eq(p.threshold - v), x_down.eq(-p.threshold - v)]
 
-        # What this cycle does, if it commits: at most one push into the FIFO and at most one
-        # entry (way `way`, set `set_idx`) written, allocated or freed.
-        push = Signal()
-        wb = Signal(wb_layout)
-        way = Signal(range(n_ways))
-        store = Signal()          # write new_entry into the way's memory
-        new_entry = Signal(ent_layout)
-        allocate = Signal()       # set the valid bit
-        free = Signal()           # clear the valid bit
-        advance_victim = Signal()
-        set_overflow = Signal()
-        commit = Signal()
-
-        m.d.comb += [new_entry.tag.eq(in_tag), new_entry.count.eq(1), new_entry.acc.eq(value),
-                     wb.addr.eq(upd.addr), wb.delta.eq(value)]
-        with m.Switch(mode):
-            with m.Case(_Mode.RUN):
-                with m.If(big):
-                    m.d.comb += push.eq(1)
-                with m.Elif(hit.any()):
-                    m.d.comb += way.eq(hit_way)
-                    with m.If(~fits):
-                        m.d.comb += [push.eq(1), wb.delta.eq(hit_entry.acc), store.eq(1),
-                                     set_overflow.eq(1)]
-                    with m.Elif(reached):
-                        m.d.comb += [push.eq(total != 0), wb.delta.eq(total), free.eq(1)]
-                    with m.Else():
-                        m.d.comb += [store.eq(1), new_entry.count.eq(count),
-                                     new_entry.acc.eq(total)]
-                with m.Elif((value == 0) | (tiny & p.lossy)):
-                    pass   # nothing to remember (zero), or a tiny miss dropped in lossy mode
-                with m.Elif(~valid_here.all()):
-                    m.d.comb += [way.eq(free_way), store.eq(1), allocate.eq(1)]
-                with m.Elif(tiny):
-                    m.d.comb += push.eq(1)   # written through: a tiny value never evicts
-                with m.Else():
-                    m.d.comb += [way.eq(victim), push.eq(1), store.eq(1), advance_victim.eq(1),
-                                 wb.addr.eq(Cat(set_idx, victim_entry.tag)),
-                                 wb.delta.eq(victim_entry.acc)]
-                m.d.comb += [self.i_upd.ready.eq(~push | fifo.w_rdy),
-                             commit.eq(self.i_upd.valid & self.i_upd.ready)]
-                with m.If(self.i_flush):
-                    m.d.sync += [mode.eq(_Mode.SCAN), scan_set.eq(0), scan_way.eq(0)]
-            with m.Case(_Mode.SCAN):
-                m.d.comb += [way.eq(scan_way), push.eq(valid_here.bit_select(scan_way, 1)),
-                             free.eq(push),
-                             wb.addr.eq(Cat(scan_set, scan_entry.tag)),
-                             wb.delta.eq(scan_entry.acc),
-                             commit.eq(~push | fifo.w_rdy)]
-                with m.If(commit):
-                    with m.If(scan_way == n_ways - 1):
-                        m.d.sync += scan_way.eq(0)
-                        with m.If(scan_set == n_sets - 1):
-                            m.d.sync += mode.eq(_Mode.DRAIN)
-                        with m.Else():
-                            m.d.sync += scan_set.eq(scan_set + 1)
-                    with m.Else():
-                        m.d.sync += scan_way.eq(scan_way + 1)
-            with m.Case(_Mode.DRAIN):
-                with m.If(fifo.level == 0):
-                    m.d.sync += mode.eq(_Mode.RUN)
-
-        m.d.comb += [fifo.w_data.eq(wb), fifo.w_en.eq(push & commit)]
+        ways = x_view.ways
+        update = Signal()          # executing an update that does not bypass
+        m.d.sync += update.eq(l_valid & ~l_big)
+        hit = Cat(way.valid & way.match for way in ways)
+        free = Cat(~way.valid for way in ways)
+        miss = update & ~hit.any()
+        full = ~free.any()
+        lowest_free = Signal(n_ways)
         for w in range(n_ways):
-            with m.If(way == w):
-                m.d.comb += [write_ports[w].data.eq(new_entry),
-                             write_ports[w].en.eq(store & commit)]
-                with m.If(commit & (allocate | free)):
-                    m.d.sync += valid[w].bit_select(set_idx, 1).eq(allocate)
-        with m.If(commit & advance_victim):
-            with m.If(victim == n_ways - 1):
-                m.d.sync += victim_ptr[set_idx].eq(0)
-            with m.Else():
-                m.d.sync += victim_ptr[set_idx].eq(victim + 1)
-        with m.If(commit & set_overflow):
+            m.d.comb += lowest_free[w].eq(free[w] & ~free[:w].any() if w else free[0])
+        victim = Cat(x_view.ptr == w for w in range(n_ways))
+        evict = Signal()
+        through = Signal()
+        alloc = Signal(n_ways)
+        m.d.comb += [evict.eq(miss & x_evict & full),
+                     through.eq(miss & x_keep & ~x_evict & full),
+                     alloc.eq(Mux(full, Mux(evict, victim, 0),
+                                  Mux(miss & x_keep, lowest_free, 0)))]
+
+        # Each way's outcome when the update hits it: its sum against the value's bounds.
+        out_row = Signal(row_layout)     # the set's row after the execution
+        out_bits = Signal(n_ways)
+        out_ptr = Signal(range(n_ways))
+        hit_push = Signal(n_ways)
+        hit_delta = Signal(data.ArrayLayout(signed(p.acc_width), n_ways))
+        hit_overflow = Signal(n_ways)
+        keeps = Signal(n_ways)           # a hit leaves the entry valid
+        sums = []                        # a hit stores its sum (else the value, count 1)
+        for w, way in enumerate(ways):
+            acc, count = way.entry.acc, way.entry.count
+            total = acc + x_value
+            overflows = (acc > x_hi) | (acc < x_lo)
+            reaches = (acc >= x_up) | (acc <= x_down) if p.threshold is not None else Const(0)
+            merged_all = count == p.max_updates - 1
+            cancels = acc == x_neg
+            hit_here = update & hit[w]
+            sums.append((hit_here & ~overflows, total, count + 1))
+            out = out_row[w]
+            m.d.comb += [
+                keeps[w].eq(overflows | ~(reaches | merged_all | cancels)),
+                out.tag.eq(Mux(alloc[w], x_tag, way.entry.tag)),
+                out.acc.eq(Mux(hit_here & ~overflows, total,
+                               Mux(hit_here | alloc[w], x_value, acc))),
+                out.count.eq(Mux(hit_here & ~overflows, count + 1,
+                                 Mux(hit_here | alloc[w], 1, count))),
+                out_bits[w].eq(Mux(hit_here, keeps[w], way.valid | alloc[w])),
+                hit_push[w].eq(hit_here & (overflows | reaches | (merged_all & ~cancels))),
+                hit_overflow[w].eq(hit_here & overflows),
+                hit_delta[w].eq(Mux(overflows, acc, total)),
+            ]
+        m.d.comb += out_ptr.eq(Mux(evict & (x_view.ptr != n_ways - 1), x_view.ptr + 1,
+                                   Mux(evict, 0, x_view.ptr)))
+
+        # The execution's result, committed in the next cycle.
+        m.d.sync += [commit_valid.eq(x_valid), commit.set.eq(x_set), commit.row.eq(out_row),
+                     commit.bits.eq(out_bits), commit.ptr.eq(out_ptr),
+                     older_valid.eq(commit_valid), older.eq(commit)]
+        with m.If(commit_valid):
+            m.d.sync += [valid[commit.set].eq(commit.bits),
+                         victim_ptr[commit.set].eq(commit.ptr)]
+        m.d.comb += [row_write.addr.eq(commit.set), row_write.data.eq(commit.row),
+                     row_write.en.eq(commit_valid)]
+
+        # The next update's view. From the lookup stage, or, in the same set, this execution's
+        # result: a way it changes is loaded with the change, a way it leaves alone holds its
+        # register (the clock enable does the choice, so the loop is a sum, a comparison and
+        # a two-way choice). Tags are compared in the lookup stage, against the next update's
+        # tag; the only tag an execution writes is its own, so the next update matches a way
+        # this one filled exactly when their addresses are equal.
+        for w, way in enumerate(ways):
+            fwd = forward[w]
+            stores_sum, total, count_next = sums[w]
+            hit_here = update & hit[w]
+            with m.If(~fwd):
+                m.d.sync += [way.valid.eq(l_view.ways[w].valid),
+                             way.entry.eq(l_view.ways[w].entry)]
+            with m.Elif(hit_here):
+                m.d.sync += [way.valid.eq(keeps[w]),
+                             way.entry.acc.eq(Mux(stores_sum, total, x_value)),
+                             way.entry.count.eq(Mux(stores_sum, count_next, 1))]
+            with m.Elif(alloc[w]):
+                m.d.sync += [way.valid.eq(1), way.entry.tag.eq(x_tag),
+                             way.entry.acc.eq(x_value), way.entry.count.eq(1)]
+            m.d.sync += way.match.eq(Mux(fwd & alloc[w], same_addr, l_view.ways[w].match))
+        m.d.sync += x_view.ptr.eq(Mux(forward[-1], out_ptr, l_view.ptr))
+
+        # ---- write register: at most one write an execution, chosen in the next cycle ----
+        push = Signal()
+        m.d.comb += push.eq(x_valid & (x_big | hit_push.any() | evict | through))
+        w_valid = Signal()
+        w_hit = Signal(n_ways)             # the write is way w's sum (else as chosen below)
+        w_evict = Signal()                 # the write is the victim's entry
+        w_deltas = Signal.like(hit_delta)
+        w_victim = Signal(ent_layout)
+        w_addr = Signal(p.addr_width)
+        w_value = Signal(signed(p.value_width))
+        w_set = w_addr[:p.set_bits]
+        release = Signal()         # an execution without a write returns its room
+        victim_entry = Signal(ent_layout)
+        with m.Switch(x_view.ptr):
+            for w in range(n_ways):
+                with m.Case(w):
+                    m.d.comb += victim_entry.eq(ways[w].entry)
+        m.d.sync += [w_valid.eq(push), w_hit.eq(hit_push), w_evict.eq(evict),
+                     w_deltas.eq(hit_delta), w_victim.eq(victim_entry), w_addr.eq(x_addr),
+                     w_value.eq(x_value), release.eq(x_valid & ~push)]
+        w_data = Signal(wb_layout)
+        m.d.comb += [w_data.addr.eq(Mux(w_evict, Cat(w_set, w_victim.tag), w_addr)),
+                     w_data.delta.eq(Mux(w_evict, w_victim.acc, w_value))]
+        for w in range(n_ways):
+            with m.If(w_hit[w]):
+                m.d.comb += w_data.delta.eq(w_deltas[w])
+        with m.If(hit_overflow.any()):
             m.d.sync += overflow.eq(1)
 
-        # Burst draining: start at `burst` entries (or during a flush), then drain until empty.
+        # ---- flush: settle, scan, drain -----------------------------------------------
+        scan_loaded = Signal()     # the row of scan_set is on the read port
+        scan_pending = Signal(n_ways)
+        scan_push = Signal()
+        scan_wb = Signal(wb_layout)
+        first_pending = Signal(n_ways)
+        for w in range(n_ways):
+            m.d.comb += first_pending[w].eq(scan_pending[w] & ~scan_pending[:w].any()
+                                            if w else scan_pending[0])
+        scan_clear = Signal()      # the scan is over: every valid bit is cleared
+        with m.If(scan_clear):
+            m.d.sync += [bits.eq(0) for bits in valid]
+        m.d.sync += scan_clear.eq(0)
+
+        def next_set():
+            m.d.sync += scan_loaded.eq(0)
+            with m.If(scan_set == p.sets - 1):
+                m.d.sync += [mode.eq(_Mode.DRAIN), scan_clear.eq(1)]
+            with m.Else():
+                m.d.sync += scan_set.eq(scan_set + 1)
+
+        pop = fifo.r_en & fifo.r_rdy
+        room_next = room - admit + pop + release
+        m.d.sync += room.eq(room_next)
+        with m.Switch(mode):
+            with m.Case(_Mode.RUN):
+                m.d.sync += ready.eq(~self.i_flush & (room_next != 0))
+                with m.If(self.i_flush):
+                    m.d.sync += mode.eq(_Mode.SETTLE)
+            with m.Case(_Mode.SETTLE):
+                with m.If(~l_valid & ~x_valid & ~commit_valid & ~w_valid):
+                    m.d.sync += [mode.eq(_Mode.SCAN), scan_set.eq(0), scan_loaded.eq(0)]
+            with m.Case(_Mode.SCAN):
+                # A set's valid bits are read with its row and tested a cycle later.
+                with m.If(~scan_loaded):
+                    m.d.sync += [scan_loaded.eq(1), scan_pending.eq(valid[scan_set])]
+                with m.Elif(scan_pending == 0):
+                    next_set()
+                with m.Else():
+                    m.d.comb += [scan_push.eq(1), scan_wb.delta.eq(0)]
+                    for w in range(n_ways):
+                        with m.If(first_pending[w]):
+                            m.d.comb += [scan_wb.addr.eq(Cat(scan_set, row_read.data[w].tag)),
+                                         scan_wb.delta.eq(row_read.data[w].acc)]
+                    with m.If(fifo.w_rdy):
+                        m.d.sync += scan_pending.eq(scan_pending & ~first_pending)
+                        with m.If((scan_pending & ~first_pending) == 0):
+                            next_set()
+            with m.Case(_Mode.DRAIN):
+                with m.If(fifo.level == 0):
+                    m.d.sync += [mode.eq(_Mode.RUN), room.eq(self.fifo_entries), ready.eq(1)]
+
+        m.d.comb += [fifo.w_en.eq(Mux(mode == _Mode.SCAN, scan_push, w_valid)),
+                     fifo.w_data.eq(Mux(mode == _Mode.SCAN, scan_wb, w_data))]
+
+        # ---- burst draining: start at `burst` entries (or during a flush), drain to empty
         draining = Signal()
         drain_now = Signal()
         m.d.comb += drain_now.eq(draining | (fifo.level >= p.burst) | (mode != _Mode.RUN))
@@ -309,7 +476,9 @@ class WriteCombiner(wiring.Component):
         level_next = fifo.level + (fifo.w_en & fifo.w_rdy) - (fifo.r_en & fifo.r_rdy)
         m.d.sync += draining.eq(drain_now & (level_next != 0))
 
+        in_flight = l_valid | x_valid | commit_valid | w_valid
         m.d.comb += [self.o_flushing.eq(mode != _Mode.RUN),
-                     self.o_idle.eq((mode == _Mode.RUN) & ~any_valid & (fifo.level == 0)),
+                     self.o_idle.eq((mode == _Mode.RUN) & ~in_flight & ~Cat(valid).any()
+                                    & (fifo.level == 0)),
                      self.o_overflow.eq(overflow)]
         return m

@@ -1,10 +1,11 @@
-"""The write-combining accumulator's Verilog under cocotb on Icarus (sim/combiner_tb.py).
+"""The write-combining accumulator's Verilog under cocotb (sim/combiner_tb.py): on Icarus by
+default, on Verilator in the slow set.
 
 The block is emitted with Amaranth (``emit_src=False``), passed through Yosys
 (``proc; opt_clean; write_verilog -noattr``, so that Icarus gets plain ``assign``s instead of
 ``always @*`` blocks that can stay X), built and run with
-:func:`neuron_fabric.sim.cocotb_run.run_cocotb`. The cocotb module
-compares the writes with the reference model; a failing cocotb test fails this test.
+:func:`neuron_fabric.sim.cocotb_run.run_cocotb` (Verilator takes the same file). The cocotb
+module compares the writes with the reference model; a failing cocotb test fails this test.
 """
 
 import json
@@ -60,4 +61,15 @@ def test_verilog_matches_the_model_on_icarus(tmp_path, config, seed):
                      test_module="neuron_fabric.sim.combiner_tb", work=tmp_path,
                      env={"COMBINER_PARAMS": json.dumps(CONFIGS[config]),
                           "COMBINER_SEED": str(seed)})
+    assert (run.tests, run.failed) == (2, 0), run.error
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", CONFIGS)
+def test_verilog_matches_the_model_on_verilator(tmp_path, config):
+    source = emit_verilog(CONFIGS[config], tmp_path)
+    run = run_cocotb("verilator", toplevel=TOPLEVEL, sources=[source],
+                     test_module="neuron_fabric.sim.combiner_tb", work=tmp_path,
+                     env={"COMBINER_PARAMS": json.dumps(CONFIGS[config]),
+                          "COMBINER_SEED": "8"})
     assert (run.tests, run.failed) == (2, 0), run.error

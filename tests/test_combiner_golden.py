@@ -363,4 +363,9 @@ def test_evaluation_writes_its_report(traces, tmp_path, capsys, monkeypatch):
             assert row["sums_checked"] and row["held_at_end"] == 0
     no_flush = [r for r in report["rows"] if not r["final_flush"]]
     assert no_flush and no_flush[0]["held_at_end"] > 0
+    # the hardware block's rate on the seed's phases and a head of each lock-step stream
+    assert {t["stream"] for t in report["throughput"]} == streams
+    for t in report["throughput"]:
+        assert t["updates_per_cycle"] == 1.0 and t["cycles"] == t["updates"] > 0
+    assert "updates per cycle" in markdown
     assert "wrote" in capsys.readouterr().out

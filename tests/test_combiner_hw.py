@@ -80,20 +80,21 @@ class Run:
 
 
 def simulate(dut, addr, value, *, rng, p_valid=1.0, p_ready=1.0, p_flush=0.0, hold=None,
-             flush_at=(), final_flush=True, until_idle=True, max_cycles=None):
+             flush_at=(), final_flush=True, until_idle=True, max_cycles=None, spacing=1):
     """Drive ``addr``/``value`` into ``dut`` and collect everything on its outputs.
 
     The source offers an update with probability ``p_valid`` per cycle and then holds it
     until it is taken; downstream is ready with probability ``p_ready`` (``hold(cycle)`` may
     force ready low); a flush is requested with probability ``p_flush`` per cycle, whenever
     the number of accepted updates is in ``flush_at`` (until one is taken), and after the
-    last update when ``final_flush``. The run ends at idle after the last update, or after
+    last update when ``final_flush``. An update is offered no earlier than ``spacing`` cycles
+    after the one before it was taken. The run ends at idle after the last update, or after
     ``max_cycles`` when not ``until_idle``. The stream rules of ``o_wb`` are checked on the
     way: valid, once raised, stays high with a stable payload until the transfer.
     """
     run = Run()
     n = len(addr)
-    max_cycles = max_cycles or 8 * n + 300
+    max_cycles = max_cycles or 8 * spacing * n + 300
 
     async def bench(ctx):
         i = 0
@@ -101,10 +102,11 @@ def simulate(dut, addr, value, *, rng, p_valid=1.0, p_ready=1.0, p_flush=0.0, ho
         final_taken = not final_flush
         held = None   # payload of o_wb that was valid and not taken last cycle
         pending = sorted(flush_at)
+        next_offer = 0
         for cycle in range(max_cycles):
             if until_idle and i >= n and final_taken and ctx.get(dut.o_idle):
                 break
-            if not offering and i < n:
+            if not offering and i < n and cycle >= next_offer:
                 offering = bool(rng.random() < p_valid)
             ctx.set(dut.i_upd.valid, offering)
             if i < n:
@@ -120,6 +122,7 @@ def simulate(dut, addr, value, *, rng, p_valid=1.0, p_ready=1.0, p_flush=0.0, ho
             if offering and ctx.get(dut.i_upd.ready):
                 i += 1
                 offering = False
+                next_offer = cycle + spacing
                 run.accept_cycles.append(cycle)
             if flush and not ctx.get(dut.o_flushing):
                 run.flushes.append(i)
@@ -246,19 +249,42 @@ def test_one_update_per_cycle_without_backpressure():
     check_against_model(dut, run, addr, value)
 
 
-def test_full_fifo_stalls_only_updates_that_write():
-    # Downstream never ready during the first 100 cycles: the FIFO fills, misses that evict
-    # stall, hits keep being accepted; nothing is lost.
+@pytest.mark.parametrize("fifo_depth", [2, 16])
+def test_one_update_per_cycle_when_every_update_writes(fifo_depth):
+    # Every value bypasses, so every update holds room in the FIFO until its write leaves:
+    # the FIFO's entries beyond fifo_depth cover the updates in flight.
+    dut = WriteCombiner(addr_width=8, value_width=8, sets=4, ways=2, threshold=10,
+                        fifo_depth=fifo_depth, burst=1)
+    addr = np.arange(100) % 256
+    value = np.where(np.arange(100) % 2 == 0, 20, -30)
+    run = simulate(dut, addr, value, rng=np.random.default_rng(0), final_flush=True)
+    assert run.accept_cycles == list(range(100))
+    assert run.writes == list(zip(addr.tolist(), value.tolist()))
+
+
+# Cycles from an update's acceptance to its execution, and to its write entering the FIFO.
+EXECUTE = 2
+ENQUEUE = EXECUTE + 1
+
+
+def test_full_fifo_stalls_the_input_and_nothing_is_lost():
+    # Downstream never ready during the first 100 cycles. Every update but the hits writes:
+    # the block takes updates while the FIFO has room for the writes of those in flight, then
+    # stalls; updates that write nothing return their room and the next ones get in.
     dut = WriteCombiner(addr_width=8, value_width=8, sets=1, ways=1, threshold=None,
                         max_updates=200, fifo_depth=2, burst=1)
-    addr = np.array([1, 2, 3, 4, 4, 4, 4, 5, 5])
-    value = np.array([1, 2, 3, 4, 1, 1, 1, 5, 5])
+    entries = dut.fifo_entries
+    addr = np.concatenate([np.arange(entries) + 1, [entries] * 10, [50, 51]])
+    value = np.ones(addr.size, dtype=np.int64)
     run = simulate(dut, addr, value, rng=np.random.default_rng(0),
                    hold=lambda cycle: cycle < 100)
-    # 2 and 3 evict into the FIFO (2 entries); 4 would evict the third: it waits for room
-    # (a 2-entry buffered FIFO takes its second entry one cycle after the first moved out)
-    assert run.accept_cycles[:3] == [0, 1, 3]
-    assert run.accept_cycles[3] >= 100
+    # the first `entries` updates write all but the first (it allocates): one entry of room
+    # is left, the hits pass at the pace of their room's return, the next miss takes the
+    # last entry and the one after it waits for downstream
+    first_stall = entries + 11
+    assert run.accept_cycles[:entries] == list(range(entries))
+    assert run.accept_cycles[first_stall - 1] < 100
+    assert run.accept_cycles[first_stall] >= 100
     assert run.write_cycles[0] == 100
     check_against_model(dut, run, addr, value)
 
@@ -275,7 +301,7 @@ def test_burst_draining_starts_at_burst_and_empties_the_fifo():
     # the fourth entry starts a burst that runs until the FIFO is empty
     run = simulate(dut, addr, value, rng=np.random.default_rng(0), final_flush=False,
                    until_idle=False, max_cycles=40)
-    first = run.accept_cycles[3] + 1
+    first = run.accept_cycles[3] + ENQUEUE + 1
     assert run.valid_cycles == list(range(first, first + 6)), "one back-to-back burst"
     check_against_model(dut, run, addr, value)
     # a flush drains what is below the burst size
@@ -305,8 +331,9 @@ def test_overflow_is_written_back_early_and_flagged():
     value = np.array([100, 20, 10, -128])
     run = simulate(dut, addr, value, rng=np.random.default_rng(0))
     assert run.writes == [(3, 120), (3, -118)]
-    assert run.overflow_cycle == run.accept_cycles[2] + 1
-    assert run.write_cycles[0] == run.accept_cycles[2] + 2, "burst=1: offered 2 cycles later"
+    assert run.overflow_cycle == run.accept_cycles[2] + EXECUTE + 1
+    assert run.write_cycles[0] == run.accept_cycles[2] + ENQUEUE + 2, \
+        "burst=1: offered two cycles after the write enters the FIFO"
     check_against_model(dut, run, addr, value)
 
 
@@ -330,3 +357,59 @@ def test_idle_after_reset_and_flush_of_an_empty_buffer():
     sim.add_testbench(bench)
     sim.run()
     assert seen == [1, (0, 1), (1, 0)]
+
+
+# ----------------------------------------------------------------------------- in flight
+
+IN_FLIGHT_CONFIGS = {
+    # two ways, three tags a set: allocations, evictions, threshold, count and cancel
+    "two-way": dict(addr_width=8, value_width=8, sets=4, ways=2, threshold=40,
+                    max_updates=4, fifo_depth=4, burst=1),
+    # one way, no threshold, sums that overflow: each miss evicts the entry just written
+    "one-way-overflow": dict(addr_width=8, value_width=8, sets=4, ways=1, threshold=None,
+                             max_updates=6, fifo_depth=4, burst=1),
+}
+
+
+def in_flight_traffic(rng, params, n, *, sets):
+    """Updates to three tags in each of ``sets`` sets, taken in turn, so that each update's
+    nearest predecessor in its set is ``sets`` updates ahead; values that accumulate, cancel,
+    bypass and overflow."""
+    tags = rng.integers(0, 3, n)
+    addr = (np.arange(n) % sets) + params.sets * tags
+    limit = params.threshold or params.value_range[1]
+    value = rng.integers(-limit // 3, limit // 2, n, endpoint=True)
+    value[rng.random(n) < 0.1] = 0
+    if params.threshold is not None:
+        value[rng.random(n) < 0.05] = params.threshold
+    else:
+        value[rng.random(n) < 0.3] = params.value_range[1]
+    return addr, value
+
+
+@pytest.mark.parametrize("distance", [1, 2, 3, 4])
+@pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
+def test_back_to_back_updates_see_the_one_ahead_in_their_set(config, distance):
+    """Accepted every cycle, each update's predecessor in its set is ``distance`` cycles
+    ahead: 1 is still executing, 2 has just written its set, 3 and 4 are in memory."""
+    dut = WriteCombiner(**IN_FLIGHT_CONFIGS[config])
+    rng = np.random.default_rng(distance)
+    addr, value = in_flight_traffic(rng, dut.params, 240, sets=distance)
+    run = simulate(dut, addr, value, rng=rng)
+    assert run.accept_cycles[:200] == list(range(run.accept_cycles[0],
+                                                 run.accept_cycles[0] + 200))
+    result = check_against_model(dut, run, addr, value)
+    assert {Cause.EVICT, Cause.FLUSH} <= set(result.cause.tolist())
+
+
+@pytest.mark.parametrize("spacing", [2, 3, 4])
+@pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
+def test_spaced_updates_to_one_set_see_the_one_ahead(config, spacing):
+    """One set, each update offered ``spacing`` cycles after the one before was taken: the
+    cycles between them carry no update, and the state written ahead is found all the same."""
+    dut = WriteCombiner(**IN_FLIGHT_CONFIGS[config])
+    rng = np.random.default_rng(10 + spacing)
+    addr, value = in_flight_traffic(rng, dut.params, 120, sets=1)
+    run = simulate(dut, addr, value, rng=rng, spacing=spacing)
+    assert np.all(np.diff(run.accept_cycles) == spacing)
+    check_against_model(dut, run, addr, value)
