@@ -4,15 +4,9 @@ A trace is what the workers of a data-parallel job hand to the reduction at chos
 steps. :func:`capture` trains one workload of :mod:`neuron_fabric.experiments.workloads` as ``workers``
 simulated workers on disjoint shards of real data and writes two files into ``out_dir``:
 
-``<workload>.npz``
-    One ``float32`` array per parameter, keyed by its name in ``model.named_parameters()``,
-    of shape ``(n_steps, n_workers, numel)``: worker ``k``'s gradient of the parameter at the
-    ``i``-th captured step, flattened in C order.
-``<workload>.json``
-    The manifest: workload, seed, workers, captured steps, the full configuration, the
-    parameters in ``named_parameters()`` order with role, shape and numel, every training
-    step's loss, the final metrics, the data source (for the language model the standard-library
-    files with byte counts and SHA-256), software versions, wall time and file sizes.
+``<workload>.npz`` (the gradients) and ``<workload>.json`` (the manifest), in the format
+:mod:`neuron_fabric.host.traces` describes; for the language model the manifest's data
+source lists the standard-library files with byte counts and SHA-256.
 
 The manifest holds everything needed to capture the same trace again
 (``capture(m["workload"], d, workers=m["workers"], seed=m["seed"], steps=m["steps"],
