@@ -17,9 +17,8 @@ from ..golden.params import FabricParams
 from ..golden.regmap import register_map
 from ..hw.axi import WorkerFrom
 from ..hw.axi_controller import AXI_PORTS, AxiController
-from ..hw.controller import LATENCY
-from .verilog import (MANIFEST_VERSION, MAX_READS, _layout_fields, file_list, ports_of,
-                      to_verilog, tool_versions, verilator_config)
+from .verilog import (MAX_READS, _layout_fields, file_list, manifest_header, ports_of,
+                      to_verilog, verilator_config)
 
 __all__ = ["AXI_ROLE", "AXI_ID_WIDTH", "axi_folder_name", "axi_module", "generate_axi"]
 
@@ -55,13 +54,7 @@ def generate_axi(params, out_dir, *, max_reads=MAX_READS, id_width=AXI_ID_WIDTH,
     regmap = register_map(params)
     file_name = f"{module}.v"
     manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "name": params.name,
-        "params": params.as_dict(),
-        "max_reads": max_reads,
-        "latency_cycles": LATENCY,
-        "tools": tool_versions(),
-        "clock": {"clk": "clk", "reset": "rst", "reset_polarity": "high", "reset_kind": "sync"},
+        **manifest_header(params, max_reads=max_reads),
         "axi": {
             "ports": {prefix: adapter for prefix, adapter, _ in AXI_PORTS},
             "id_width": id_width,

@@ -37,7 +37,8 @@ from ..hw.passthrough import Fp32Passthrough
 from .tools import ToolError, tool
 
 __all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "to_verilog",
-           "generate", "file_list", "verilator_config", "LINT_WAIVERS", "MANIFEST_VERSION",
+           "generate", "manifest_header", "file_list", "verilator_config", "LINT_WAIVERS",
+           "MANIFEST_VERSION",
            "UNIT_ROLES", "BLOCK_ROLES", "TOP_ROLE"]
 
 MANIFEST_VERSION = 1
@@ -291,6 +292,20 @@ LINT_WAIVERS = {
 }
 
 
+def manifest_header(params, *, max_reads):
+    """The fields every manifest starts with: its version, the parameters, the latency, the
+    tools and the clock."""
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "name": params.name,
+        "params": params.as_dict(),
+        "max_reads": max_reads,
+        "latency_cycles": LATENCY,
+        "tools": tool_versions(),
+        "clock": {"clk": "clk", "reset": "rst", "reset_polarity": "high", "reset_kind": "sync"},
+    }
+
+
 def file_list(top, files):
     """Text of the file list (``.f``) for ``top``: ``files`` in dependency order, one a line,
     relative to the list's own folder (Verilator's ``-F``; Icarus's ``-c`` from that folder)."""
@@ -329,13 +344,7 @@ def generate(params, out_dir, *, max_reads=MAX_READS, log=print):
     regmap = register_map(params)
     files = {}
     manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "name": params.name,
-        "params": params.as_dict(),
-        "max_reads": max_reads,
-        "latency_cycles": LATENCY,
-        "tools": tool_versions(),
-        "clock": {"clk": "clk", "reset": "rst", "reset_polarity": "high", "reset_kind": "sync"},
+        **manifest_header(params, max_reads=max_reads),
         "blocks": {},
         "registers": {reg.name: {"address": reg.address,
                                  "fields": {f.name: [f.offset, f.width, f.access.value]
