@@ -188,9 +188,10 @@ verilog: venv iverilog verilator yowasp
 
 # ---------------------------------------------------------------------------- tests
 
-# pytest exits 5 when it collects nothing; that is reported, not treated as a crash.
+# pytest exits 5 when it collects nothing; that is reported, not treated as a crash. The
+# twenty slowest tests are listed at the end, to keep the suite within its 20 minutes.
 test: venv iverilog verilator yowasp
-	@$(PY) -m pytest -q -m "not slow"; rc=$$?; \
+	@$(PY) -m pytest -q -m "not slow" --durations=20; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; rc=0; fi; exit $$rc
 
 test-all: setup
