@@ -38,6 +38,7 @@ decides what to do with the non-finite result (the training check skips the upda
 """
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -218,10 +219,12 @@ def bucket_segments(bucket, names):
 LANES = ("torch", "golden")
 # Lanes of a chunk of the torch lanes (about a million): each chunk's temporaries, its
 # bit-planes and the index of its decode stay a few MiB, whatever the bucket.
-_CHUNK_LANES = 1 << 20
-# Float64 elements of the statistics' scratch (2 MiB): each chunk of a slice is widened into
-# it once, then squared and summed there.
-_STAT_CHUNK = 1 << 18
+_CHUNK_LANES = 1 << 23
+# Elements of a chunk of the statistics: its magnitudes, in float32 scratch (256 KiB), stay in
+# the L2 cache while they are summed and squared, so each element is read from memory once.
+# torch sums float32 pairwise, within about 1e-7 of the float64 sum over this many (BLAS's
+# dot product was 4e-6 off); chunk by chunk the sums add up in float64.
+_STAT_CHUNK = 1 << 16
 
 
 class _RegionAccumulator:
@@ -301,8 +304,9 @@ class FabricHook:
     the bucket's device; both ``lanes`` take the same draws.
 
     Scratch: the lines, every worker's lines, the stream of a route's slices and the FP32
-    slices are kept per bucket and route and reused from step to step; the torch lanes work
-    a chunk of lanes at a time, so no temporary grows with the bucket.
+    slices are kept per route, sized for the largest bucket, and reused from bucket to bucket
+    and step to step; the torch lanes work a chunk of lanes at a time, so no temporary grows
+    with the bucket.
 
     Raises ``TypeError``/``ValueError`` for bad options and
     :class:`~neuron_fabric.host.runtime.CapacityError` for routes the device cannot serve.
@@ -392,12 +396,17 @@ class FabricHook:
         return state.run(bucket)
 
     def _buffer(self, key, name, shape, dtype, device):
-        """Scratch ``name`` of ``key`` (a bucket and route): kept while its shape holds."""
+        """Scratch ``name`` of ``key`` (a route, or the statistics) as a tensor of ``shape``:
+        a view of a flat buffer kept from bucket to bucket and from step to step, grown when
+        a bucket needs more. A bucket's scratch is done with when the hook returns, so the
+        hook keeps the scratch of its largest bucket, not of every bucket."""
+        numel = math.prod(shape)
         slot = self._scratch.setdefault(key, {})
         held = slot.get(name)
-        if held is None or held.shape != shape or held.dtype != dtype or held.device != device:
-            held = slot[name] = torch.empty(shape, dtype=dtype, device=device)
-        return held
+        if held is None or held.dtype != dtype or held.device != device or held.numel() < numel:
+            slot[name] = None  # the old buffer goes before the new one comes
+            held = slot[name] = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        return held[:numel].view(shape)
 
     # -------------------------------------------------------------------- per step
 
@@ -427,8 +436,36 @@ class FabricHook:
 
     def _sums(self, x, sumsq=None, l1=None):
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
-        float64 views, either may be None), accumulated in float64: a float32 square
-        overflows for ``|x|`` above about 1.8e19. A chunk at a time through one scratch."""
+        float64 views, either may be None), chunk by chunk: the chunk's magnitudes into a
+        float32 scratch (one pass over ``x``), summed, squared and summed there, each chunk's
+        sums added in float64. A chunk whose float32 sums are not finite (a square beyond
+        float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``) is summed again
+        in float64 (:meth:`_wide_sums`), so a large finite gradient gives a finite sum."""
+        scratch = self._buffer(("statistics",), "magnitude", (_STAT_CHUNK,), torch.float32,
+                               x.device)
+        n_chunks = -(-x.numel() // _STAT_CHUNK)
+        parts = self._buffer(("statistics",), "parts", (n_chunks, 2), torch.float32, x.device)
+        parts.zero_()
+        for k, start in enumerate(range(0, x.numel(), _STAT_CHUNK)):
+            piece = x[start:start + _STAT_CHUNK]
+            magnitude = torch.abs(piece, out=scratch[:piece.numel()])
+            if l1 is not None:
+                torch.sum(magnitude, dim=0, out=parts[k, 1])
+            if sumsq is not None:  # squared in place and summed pairwise, as the sum above
+                torch.sum(magnitude.mul_(magnitude), dim=0, out=parts[k, 0])
+        if not n_chunks:
+            return
+        totals = parts.to(torch.float64).sum(0)
+        if not bool(torch.isfinite(totals).all()):
+            self._wide_sums(x, sumsq, l1)
+            return
+        if sumsq is not None:
+            sumsq += totals[0]
+        if l1 is not None:
+            l1 += totals[1]
+
+    def _wide_sums(self, x, sumsq=None, l1=None):
+        """:meth:`_sums` of ``x`` in float64 throughout: widened into float64 scratch."""
         scratch = self._buffer(("statistics",), "float64", (_STAT_CHUNK,), torch.float64,
                                x.device)
         for start in range(0, x.numel(), _STAT_CHUNK):
@@ -515,7 +552,7 @@ class FabricHook:
     def _stream(self, flat, segments, indices, safe, local, bucket_index, route):
         """The values a route compresses, ``p`` = gradient plus residual, slice after slice:
         the bucket itself where the slices lie back to back and nothing is added, else a
-        scratch stream kept per bucket and route (``bucket_index`` None: a fresh one). Adds
+        scratch stream kept per route (``bucket_index`` None: a fresh one). Adds
         sum ``|p|`` of slices with a residual to ``local`` (when given)."""
         first, last = segments[indices[0]], segments[indices[-1]]
         contiguous = all(segments[a][1] + segments[a][2] == segments[b][1]
@@ -526,8 +563,7 @@ class FabricHook:
         count = sum(segments[i][2] for i in indices)
         stream = (torch.empty(count, dtype=torch.float32, device=flat.device)
                   if bucket_index is None else
-                  self._buffer((bucket_index, route), "stream", (count,), torch.float32,
-                               flat.device))
+                  self._buffer(route, "stream", (count,), torch.float32, flat.device))
         start = 0
         for index in indices:
             name, offset, numel = segments[index]
@@ -556,7 +592,7 @@ class FabricHook:
             return
         flat = buffer.view(-1)
         slices = [flat[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
-        joined = self._buffer((bucket_index, FP32), "joined", (sum(s.numel() for s in slices),),
+        joined = self._buffer(FP32, "joined", (sum(s.numel() for s in slices),),
                               buffer.dtype, buffer.device)
         torch.cat(slices, out=joined)
         joined.div_(world)
@@ -616,7 +652,7 @@ class FabricHook:
         sizes = [segments[i][2] for i in indices]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist()
         chunks = self._chunks(route, n_lines)
-        key = (bucket_index, route)
+        key = route  # scratch shared by the buckets (one at a time)
         device = flat.device
         options = self.gbinary if route == GBINARY else self.gternary
 
@@ -637,7 +673,9 @@ class FabricHook:
             readout = options.device_readout
             if options.dither:
                 flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
-            self._encode_gbinary(stream, flip, lines, chunks)
+            own = (self._buffer(key, "own", (n_lines * nbytes,), torch.uint8, device)
+                   if options.error_feedback else None)
+            self._encode_gbinary(stream, flip, lines, chunks, own=own)
         else:
             readout = Readout.GATED
             tau, peak = _lanes.gternary_threshold(stream, ratio=options.ratio)
@@ -651,7 +689,8 @@ class FabricHook:
             self._encode_gternary(stream, tau, shared, options, bucket_index, lines, chunks)
         tick = self._phase(route, "encode", tick)
         if options.error_feedback:  # what this worker's own compression drops, for next step
-            self._residuals(route, stream, segments, indices, starts, lines, own_l1)
+            self._residuals(route, stream, segments, indices, starts,
+                            own if route == GBINARY else lines, own_l1)
             tick = self._phase(route, "write_back", tick)
 
         # ---- exchange, fold, readout and decode straight into the bucket
@@ -701,8 +740,13 @@ class FabricHook:
 
     # -------------------------------------------------------------------- lanes
 
-    def _encode_gbinary(self, stream, flip, lines, chunks):
+    def _encode_gbinary(self, stream, flip, lines, chunks, own=None):
+        """``stream``'s lines (dithered by ``flip``), and into ``own`` (when given) its signs
+        before the dither, for the residuals."""
         if self.lanes == "golden":
+            if own is not None:
+                own.copy_(torch.from_numpy(gbinary.encode(stream.numpy(),
+                                                          line_bits=self.line_bits)).view(-1))
             signal = stream.numpy()
             if flip is not None:  # 1 - 2 * bit, a float32 +-1 a lane, in place: exact
                 signs = np.unpackbits(flip.numpy(), bitorder="little")[:signal.size].astype(
@@ -718,6 +762,7 @@ class FabricHook:
                 stream[c0 * per_line:c1 * per_line], line_bits=self.line_bits,
                 dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes],
                 out=lines[c0:c1], workspace=self._workspace,
+                undithered=None if own is None else own[c0 * nbytes:c1 * nbytes],
                 nan_check=False)  # the statistics found every slice finite
 
     def _encode_gternary(self, stream, tau, shared, options, bucket_index, lines, chunks):
@@ -810,7 +855,10 @@ class FabricHook:
 
     def _residuals(self, route, stream, segments, indices, starts, lines, own_l1):
         """This worker's residuals: ``p`` less its own compressed values, each scaled by its
-        own mean ``|p|`` over its non-zero codes (sum ``|p|`` as the statistics summed it)."""
+        own mean ``|p|`` over its non-zero codes (sum ``|p|`` as the statistics summed it).
+        ``lines``: G-Ternary, this worker's lines; G-Binary, the signs of ``p`` before the
+        dither, a bit each (1: below 0), so that 0 counts as +1. The own values are decoded
+        from them straight into the residual, which then takes ``p`` less them."""
         if route == GTERNARY:
             nonzero = _lanes.range_sums(
                 (_lanes._words(lines).reshape(1, -1) & _lanes._EVEN), [1],
@@ -823,13 +871,11 @@ class FabricHook:
             residual = held if held is not None and held.shape == p.shape else torch.empty_like(p)
             if route == GBINARY:  # own values: sign, with 0 as +1
                 scale = float(np.float32(own_l1[index] / max(numel, 1)))
-                negative = p < 0
-                torch.where(negative, torch.tensor(-scale, device=p.device),
-                            torch.tensor(scale, device=p.device), out=residual)
             else:
                 scale = float(np.float32(own_l1[index] / max(nonzero[k], 1)))
-                _lanes.scaled_values_into(lines.reshape(-1), route=route,
-                                          pieces=[(starts[k], residual, scale)])
+            _lanes.scaled_values_into(lines.reshape(-1), route=route,
+                                      pieces=[(starts[k], residual, scale)],
+                                      workspace=self._workspace)
             torch.sub(p, residual, out=residual)
             self._residual[name] = residual
 

@@ -365,14 +365,16 @@ def uniform_draws_numpy(key, count):
 # ----------------------------------------------------------------------------- G-Binary
 
 def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None,
-                   nan_check=True):
+                   undithered=None, nan_check=True):
     """:func:`neuron_fabric.golden.gbinary.encode` of ``grad``, or, with ``dither``, of
     ``grad * (1 - 2 * d)`` where ``d`` is bit ``j % 8`` of byte ``j // 8`` of ``dither``
     (``uint8``, at least ``ceil(size / 8)`` bytes): a flipped element encodes 1 where it is
     above 0, an element kept where it is below 0, so ``+-0`` still encodes 0.
 
     Returns ``uint8`` lines ``(ceil(size / line_bits), line_bits // 8)`` on ``grad``'s device
-    (into ``out`` if given; temporaries from ``workspace``, a :class:`Workspace`).
+    (into ``out`` if given; temporaries from ``workspace``, a :class:`Workspace`). With a
+    dither, ``undithered`` (``uint8``, as many bytes as the lines) receives the lines
+    without it, as :func:`~neuron_fabric.golden.gbinary.encode` of ``grad`` gives them.
     Raises ``TypeError`` for a non-floating tensor and ``ValueError`` for NaN or an
     unsupported ``line_bits``; ``nan_check=False`` skips the pass that looks for NaN, for a
     caller that has seen the data finite (a NaN would then encode as 0).
@@ -404,6 +406,8 @@ def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None
     negative &= _BYTE_LOW_BITS
     negative *= _PACK_MAGIC
     packed[:used].copy_(negative.view(torch.uint8).view(used, 8)[:, 7])
+    if undithered is not None:
+        undithered.copy_(packed)
     if dither is not None:
         if not isinstance(dither, torch.Tensor) or dither.dtype != torch.uint8 \
                 or dither.numel() < used:

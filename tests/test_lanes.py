@@ -71,9 +71,13 @@ def test_gbinary_encode_matches_golden(data, size, line_bits, dither):
     bits = np.random.default_rng(size).integers(0, 256, -(-size // 8) + 1, dtype=np.uint8)
     flip = 1 - 2 * np.unpackbits(bits, bitorder="little")[:size].astype(np.float32)
     golden = gbinary.encode(grad * flip if dither else grad, line_bits=line_bits)
+    plain = gbinary.encode(grad, line_bits=line_bits)
+    undithered = torch.full((plain.size,), 0xA5, dtype=torch.uint8)
     twin = lanes.gbinary_encode(torch.from_numpy(grad), line_bits=line_bits,
-                                dither=torch.from_numpy(bits) if dither else None)
+                                dither=torch.from_numpy(bits) if dither else None,
+                                undithered=undithered)
     same(golden, twin)
+    same(plain.reshape(-1), undithered)  # the lines before the dither, for the residuals
 
 
 def test_gbinary_encode_refuses_what_the_golden_model_refuses():
@@ -354,6 +358,19 @@ def test_sum_of_squares_of_a_large_finite_gradient_is_finite(group):
     _, stats = hook.end_step(0.0)
     assert not stats["backbone"].nonfinite and stats["backbone"].route == GBINARY
     assert stats["backbone"].grad_norm == pytest.approx(8e20)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 3 * hooks._STAT_CHUNK + 17])
+def test_statistics_are_the_float64_sums(group, size):
+    """Chunk by chunk in float32, added up in float64: within 1e-6 of the float64 sums."""
+    hook = hooks.FabricHook(Wide(), routes=GBINARY, regions={"weight": "backbone"})
+    x = torch.from_numpy(np.random.default_rng(size).standard_normal(size).astype(np.float32))
+    x[::7] *= 1e3
+    sumsq, l1 = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    hook._sums(x, sumsq=sumsq, l1=l1)
+    wide = x.numpy().astype(np.float64)
+    assert float(sumsq) == pytest.approx(float(wide @ wide), rel=1e-6, abs=0)
+    assert float(l1) == pytest.approx(float(np.abs(wide).sum()), rel=1e-6, abs=0)
 
 
 # --------------------------------------------------------------------------- training
