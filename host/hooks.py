@@ -217,9 +217,11 @@ def bucket_segments(bucket, names):
 #: golden model (:mod:`~neuron_fabric.host.lanes`) on the bucket's own device, or
 #: ``"golden"``, the golden model itself (NumPy, CPU buckets only). Bit for bit the same.
 LANES = ("torch", "golden")
-# Lanes of a chunk of the torch lanes (about a million): each chunk's temporaries, its
-# bit-planes and the index of its decode stay a few MiB, whatever the bucket.
-_CHUNK_LANES = 1 << 23
+# Lanes of a chunk of the torch lanes (about four million): each chunk's temporaries, its
+# bit-planes and the index of its decode stay a few tens of MiB, whatever the bucket, and
+# each operation is long beside the cost of its call (a million lanes a chunk spent a
+# third of the fold in calls).
+_CHUNK_LANES = 1 << 22
 # Elements of a chunk of the statistics: its magnitudes, in float32 scratch (256 KiB), stay in
 # the L2 cache while they are summed and squared, so each element is read from memory once.
 # torch sums float32 pairwise, within about 1e-7 of the float64 sum over this many (BLAS's
@@ -921,22 +923,92 @@ def _agreement_sums(route, planes, world, starts, stops, workspace, rows=None):
         # sum over G (2n - N) + sum over ~G (N - 2n) = 2 sum_G n - 2 sum_~G n - N (|G| - |~G|)
         return sums + world * (torch.tensor(stops, device=device)
                                - torch.tensor(starts, device=device))
+    return _sum_magnitudes(words, world, starts, stops, workspace)
+
+
+# Masks of the field sums below: 2-bit fields to 4-bit, 4-bit to 8-bit, 8-bit to 16-bit.
+_FIELDS_2 = 0x3333_3333_3333_3333
+_FIELDS_4 = 0x0F0F_0F0F_0F0F_0F0F
+_FIELDS_8 = 0x00FF_00FF_00FF_00FF
+_SUM_16 = 0x0001_0001_0001_0001
+
+
+def _sum_magnitudes(digits, world, starts, stops, workspace):
+    """Per lane range, ``sum |S|`` of G-Ternary sums held as ``SUMS`` lines ``digits``
+    (``int64`` words ``(lines, k, words)``), from the lines themselves.
+
+    ``|S| = (S xor s) + [S < 0]`` for ``s`` the sign repeated over every bit, below
+    ``2**width`` with ``width`` the bits ``world`` workers' sums reach. A ``SUMS`` line
+    holds two bits of every sum, a 2-bit field a lane: xored with the sign at both bits,
+    the field is a digit of ``S xor s``, worth ``4**d`` on line ``d``. The fields of a word
+    are added up as a population count adds its bits (2-bit fields into 4, into 8, into
+    16, then one multiplication sums a word), each line shifted to its weight once its
+    fields have room: about 10 operations a line and word, where a population count of
+    each bit of ``|S|`` took 15 a bit."""
+    n_lines, per_slot, per_line = digits.shape
+    device = digits.device
     width = min(2 * per_slot - 1, world.bit_length())
-    # |S| = (S xor s) - s for s the sign (all ones where negative): below 2**width
-    streams = workspace.take("streams", (width + 1, n_lines, per_line), torch.int64, device)
-    sign = streams[width]
-    torch.bitwise_right_shift(words[:, per_slot - 1], 1, out=sign)  # bit 2k - 1 of each sum
+    n_digits = -(-width // 2)
+    n = n_lines * per_line
+    take = workspace.take
+    sign = take("sign", n, torch.int64, device).view(n_lines, per_line)
+    torch.bitwise_right_shift(digits[:, per_slot - 1], 1, out=sign)  # the sum's top bit
     sign &= _lanes._EVEN
-    for j in range(width):
-        if j % 2:
-            torch.bitwise_right_shift(words[:, j // 2], 1, out=streams[j])
-        else:
-            streams[j].copy_(words[:, j // 2])
-        streams[j] ^= sign
-        streams[j] &= _lanes._EVEN
+    both = take("sign_both", (n_lines, per_line), torch.int64, device)
+    torch.mul(sign, 3, out=both)
+    # Bytes hold at most 4 * 4**n_digits (four lanes of digits, plus the signs) while that
+    # is below 256; beyond, every line goes on to 16-bit fields before it is weighted.
+    wide = 4 ** (n_digits + 1) > 255
+    acc = take("magnitude_sum", (n_lines, per_line), torch.int64, device)
+    field = take("magnitude_field", (n_lines, per_line), torch.int64, device)
+    spare = take("magnitude_spare", (n_lines, per_line), torch.int64, device)
+
+    def to_bytes(x):
+        """2-bit fields of ``x`` summed into bytes, in place."""
+        torch.bitwise_right_shift(x, 2, out=spare)
+        spare.bitwise_and_(_FIELDS_2)
+        x &= _FIELDS_2
+        x += spare
+        torch.bitwise_right_shift(x, 4, out=spare)
+        x += spare
+        x &= _FIELDS_4
+        return x
+
+    def to_shorts(x):
+        torch.bitwise_right_shift(x, 8, out=spare)
+        spare.bitwise_and_(_FIELDS_8)
+        x &= _FIELDS_8
+        x += spare
+        return x
+
+    acc.copy_(sign)
+    to_bytes(acc)
+    if wide:
+        to_shorts(acc)
+    for d in range(n_digits):
+        torch.bitwise_xor(digits[:, d], both, out=field)
+        to_bytes(field)
+        if wide:
+            to_shorts(field)
+        if d:
+            field <<= 2 * d
+        acc += field
+    if not wide:
+        to_shorts(acc)
+    acc *= _SUM_16
+    acc >>= 48  # the sum of the four 16-bit fields, below 2**15
+
+    def words_at(index):
+        """The bits of ``|S| - [S < 0]`` and the sign, lane by lane at the even bits, of the
+        words at ``index``: the streams whose weighted counts ``acc`` holds."""
+        lines = digits[index // per_line, :, index % per_line].T  # (k, len(index))
+        sign_words = (lines[per_slot - 1] >> 1) & _lanes._EVEN
+        bits = [((lines[j // 2] >> (j % 2)) ^ sign_words) & _lanes._EVEN for j in range(width)]
+        return torch.stack(bits + [sign_words])
+
     weights = [1 << j for j in range(width)] + [1]
-    return _lanes.range_sums(streams.view(width + 1, -1), weights, [2 * s for s in starts],
-                             [2 * s for s in stops], workspace=workspace, in_place=True)
+    return _lanes.word_range_sums(acc.view(-1), words_at, weights, [2 * s for s in starts],
+                                  [2 * s for s in stops])
 
 
 def ddp_buckets(model, *, bucket_cap_mb=None):

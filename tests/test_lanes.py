@@ -309,22 +309,25 @@ def test_scaled_values_are_numpy_products(data, route, count):
     np.testing.assert_array_equal(out.numpy().view(np.uint32), expected.view(np.uint32))
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 8, 9, 16])
-def test_agreement_sums_are_the_per_lane_sums(workers):
+@pytest.mark.parametrize("workers, max_workers", [(1, 16), (2, 16), (3, 16), (4, 16), (5, 16),
+                                                 (8, 16), (9, 16), (16, 16), (40, 127),
+                                                 (127, 127)])
+def test_agreement_sums_are_the_per_lane_sums(workers, max_workers):
     rng = np.random.default_rng(workers)
     lines = rng.integers(0, 256, (workers, 6, 64), dtype=np.uint8)
+    lines[workers // 2:, :2] = 0x55  # +1 from half the workers: large sums
     starts, stops = [0, 100, 777, 1500, 3000], [100, 777, 1500, 3000, 3072]
     workspace = lanes.Workspace()
-    counts = gbinary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    counts = gbinary.aggregate(lines, max_workers=max_workers).reshape(-1).astype(int)
     expected = [int(np.abs(2 * counts[a:b] - workers).sum()) for a, b in zip(starts, stops)]
-    planes = lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    planes = lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers)
     for rows in (None, torch.from_numpy(lines)):  # from the planes, or the workers' votes
         got = hooks._agreement_sums(GBINARY, planes, workers, starts, stops, workspace,
                                     rows=rows)
         assert got.tolist() == expected
-    sums = gternary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    sums = gternary.aggregate(lines, max_workers=max_workers).reshape(-1).astype(int)
     starts, stops = [0, 50, 700, 1535], [50, 700, 1535, 1536]
-    planes = lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    planes = lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers)
     got = hooks._agreement_sums(GTERNARY, planes, workers, starts, stops, workspace)
     assert got.tolist() == [int(np.abs(sums[a:b]).sum()) for a, b in zip(starts, stops)]
 
