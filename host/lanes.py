@@ -554,10 +554,20 @@ def gbinary_readout_planes(planes, *, readout, num_workers, out=None):
     return out.view(-1, line_bits // 8)
 
 
+def _byte_lanes(data, kind):
+    """Every byte of ``uint8`` data ``(..., n_bytes)`` as its lanes, looked up in a table of
+    the 256 bytes (one gather a byte writes all its lanes): ``"bits"``, 8 lanes of ``uint8``
+    0/1; ``"signs"``, 8 lanes of ``int8`` ``1 - 2 * bit``; ``"codes"``, 4 two-bit lanes as
+    sign-extended ``int8``."""
+    table = _table(kind, data.device)
+    index = data.reshape(-1).to(torch.int32)
+    lanes = torch.index_select(table, 0, index)
+    return lanes.reshape(*data.shape[:-1], data.shape[-1] * table.shape[1])
+
+
 def _bits_of(lines):
     """Every bit of ``uint8`` lines ``(..., n_bytes)`` as ``uint8`` 0/1 ``(..., 8 * n_bytes)``."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=lines.device)
-    return ((lines[..., None] >> shifts) & 1).reshape(*lines.shape[:-1], 8 * lines.shape[-1])
+    return _byte_lanes(lines, "bits")
 
 
 def gbinary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
@@ -597,10 +607,12 @@ def _from_lane_grid(grid, n_elements):
 def gbinary_decode(lines, *, readout, n_elements, line_bits=512, counter_bits=None):
     """:func:`neuron_fabric.golden.gbinary.decode`: ``SIGN`` to ``int8`` -1/+1, ``TERNARY``
     to -1/0/+1, ``COUNTS`` to ``uint8`` counts, padding lanes dropped."""
+    checked, _ = _check_lines(lines, line_bits=line_bits)
+    if _check_readout(readout, Route.GBINARY) is Readout.SIGN:  # +-1 looked up a byte
+        slots = _check_readout_lines(checked, readout=readout, counter_bits=1)
+        return _from_lane_grid(_byte_lanes(slots[:, 0], "signs"), n_elements)
     values = gbinary_parse_readout(lines, readout=readout, line_bits=line_bits,
                                    counter_bits=counter_bits)
-    if Readout(readout) is Readout.SIGN:
-        values = 1 - 2 * values.view(torch.int8)
     return _from_lane_grid(values, n_elements)
 
 
@@ -887,9 +899,7 @@ def gternary_readout_planes(planes, *, readout, gate, out=None, workspace=None):
 
 def _two_bit_lanes(data):
     """2-bit lanes of ``uint8`` bytes ``(..., n)`` as sign-extended ``int8`` ``(..., 4n)``."""
-    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=data.device)
-    lanes = ((data[..., None] >> shifts) & 3).view(torch.int8)
-    return ((lanes ^ 2) - 2).reshape(*data.shape[:-1], 4 * data.shape[-1])
+    return _byte_lanes(data, "codes")
 
 
 def gternary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
@@ -950,13 +960,30 @@ def _code_table(device):
     return torch.tensor([0.0, 1.0, -2.0, -1.0], device=device)[codes]
 
 
+def _lane_tables(device):
+    """The byte tables of :func:`_byte_lanes`."""
+    byte = torch.arange(256, device=device)[:, None]
+    bits = ((byte >> torch.arange(8, device=device)) & 1).to(torch.uint8)
+    codes = ((byte >> torch.arange(0, 8, 2, device=device)) & 3).to(torch.int8)
+    return {"bits": bits, "signs": (1 - 2 * bits.to(torch.int8)),
+            "codes": (codes ^ 2) - 2}
+
+
 _TABLES = {}
 
 
 def _table(kind, device):
+    """A table by kind: ``"sign"`` and ``"code"`` (float32 values a lane, for the hooks'
+    decode), or a table of :func:`_byte_lanes`."""
     key = (kind, str(device))
     if key not in _TABLES:
-        _TABLES[key] = _sign_table(device) if kind == "sign" else _code_table(device)
+        if kind == "sign":
+            _TABLES[key] = _sign_table(device)
+        elif kind == "code":
+            _TABLES[key] = _code_table(device)
+        else:
+            for name, table in _lane_tables(device).items():
+                _TABLES[name, str(device)] = table
     return _TABLES[key]
 
 
