@@ -417,17 +417,13 @@ def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None
                 or dither.numel() < used:
             raise ValueError(f"dither must be uint8 bytes holding a bit for each of the "
                              f"{size} elements, not {dither!r:.60}")
-        positive = ws.take("positive_words", used, _I64, device)
-        torch.bitwise_right_shift(words, 1, out=positive)  # +1 is the byte with bit 1 clear
-        positive.bitwise_not_()
-        positive &= words
-        positive &= _BYTE_LOW_BITS
-        positive *= _PACK_MAGIC
-        flipped = ws.take("positive", used, torch.uint8, device)
-        flipped.copy_(positive.view(torch.uint8).view(used, 8)[:, 7])
-        # N ^ ((N ^ P) & F): below 0 where kept, above 0 where flipped (bits past the last
-        # element are 0 in both, so they stay 0).
-        flipped ^= packed[:used]
+        nonzero = ws.take("nonzero_words", used, _I64, device)
+        torch.bitwise_and(words, _BYTE_LOW_BITS, out=nonzero)  # -1 and +1 have bit 0 set
+        nonzero *= _PACK_MAGIC
+        flipped = ws.take("flipped", used, torch.uint8, device)
+        flipped.copy_(nonzero.view(torch.uint8).view(used, 8)[:, 7])
+        # N ^ (Z & F), Z the non-zero elements: below 0 where kept, above 0 where flipped
+        # (N ^ Z is the positive ones; bits past the last element are 0 in both).
         flipped &= dither.reshape(-1)[:used]
         packed[:used] ^= flipped
     return out
@@ -559,10 +555,11 @@ def _byte_lanes(data, kind):
     the 256 bytes (one gather a byte writes all its lanes): ``"bits"``, 8 lanes of ``uint8``
     0/1; ``"signs"``, 8 lanes of ``int8`` ``1 - 2 * bit``; ``"codes"``, 4 two-bit lanes as
     sign-extended ``int8``."""
-    table = _table(kind, data.device)
+    table = _table(kind, data.device)  # a byte's lanes as one integer: one word gathered
+    per_byte = 8 if kind != "codes" else 4
     index = data.reshape(-1).to(torch.int32)
-    lanes = torch.index_select(table, 0, index)
-    return lanes.reshape(*data.shape[:-1], data.shape[-1] * table.shape[1])
+    lanes = torch.index_select(table, 0, index).view(torch.uint8 if kind == "bits" else torch.int8)
+    return lanes.reshape(*data.shape[:-1], data.shape[-1] * per_byte)
 
 
 def _bits_of(lines):
@@ -908,11 +905,11 @@ def gternary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
     readout = _check_readout(readout, Route.GTERNARY)
     if readout is Readout.GATED:
         slots = _check_readout_lines(lines, readout=readout, counter_bits=1)
-        values = _two_bit_lanes(slots[:, 0])
-        if bool((values == _gternary.INVALID_VALUE).any()):
+        codes = _words(slots[:, 0])
+        if bool((_shr(codes, 1) & ~codes & _EVEN).any()):  # a 10: high bit without low bit
             raise ValueError(f"lines hold an invalid ternary code "
                              f"({_gternary.INVALID_CODE:#04b}), which no readout produces")
-        return values
+        return _two_bit_lanes(slots[:, 0])
     if counter_bits is None:
         raise TypeError("counter_bits is required to parse a SUMS readout")
     counter_bits = check_int("counter_bits", counter_bits, low=1, high=COUNTER_BITS_LIMIT)
@@ -965,8 +962,9 @@ def _lane_tables(device):
     byte = torch.arange(256, device=device)[:, None]
     bits = ((byte >> torch.arange(8, device=device)) & 1).to(torch.uint8)
     codes = ((byte >> torch.arange(0, 8, 2, device=device)) & 3).to(torch.int8)
-    return {"bits": bits, "signs": (1 - 2 * bits.to(torch.int8)),
-            "codes": (codes ^ 2) - 2}
+    tables = {"bits": bits, "signs": (1 - 2 * bits.to(torch.int8)), "codes": (codes ^ 2) - 2}
+    return {kind: table.contiguous().view(_I64 if table.shape[1] == 8 else torch.int32)
+            .reshape(256) for kind, table in tables.items()}
 
 
 _TABLES = {}
