@@ -440,9 +440,10 @@ class FabricHook:
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
         float64 views, either may be None), chunk by chunk: the chunk's magnitudes into a
         float32 scratch (one pass over ``x``), summed, squared and summed there, each chunk's
-        sums added in float64. A chunk whose float32 sums are not finite (a square beyond
-        float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``) is summed again
-        in float64 (:meth:`_wide_sums`), so a large finite gradient gives a finite sum."""
+        sums added in float64. Where a chunk's float32 sums are not finite (a square beyond
+        float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``), the whole of
+        ``x`` is summed again in float64 (:meth:`_wide_sums`), so a large finite gradient
+        gives a finite sum."""
         scratch = self._buffer(("statistics",), "magnitude", (_STAT_CHUNK,), torch.float32,
                                x.device)
         n_chunks = -(-x.numel() // _STAT_CHUNK)
