@@ -38,6 +38,7 @@ decides what to do with the non-finite result (the training check skips the upda
 """
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -216,12 +217,16 @@ def bucket_segments(bucket, names):
 #: golden model (:mod:`~neuron_fabric.host.lanes`) on the bucket's own device, or
 #: ``"golden"``, the golden model itself (NumPy, CPU buckets only). Bit for bit the same.
 LANES = ("torch", "golden")
-# Lanes of a chunk of the torch lanes (about a million): each chunk's temporaries, its
-# bit-planes and the index of its decode stay a few MiB, whatever the bucket.
-_CHUNK_LANES = 1 << 20
-# Float64 elements of the statistics' scratch (2 MiB): each chunk of a slice is widened into
-# it once, then squared and summed there.
-_STAT_CHUNK = 1 << 18
+# Lanes of a chunk of the torch lanes (about four million): each chunk's temporaries, its
+# bit-planes and the index of its decode stay a few tens of MiB, whatever the bucket, and
+# each operation is long beside the cost of its call (with a million lanes a chunk the fold
+# of GPT-2 small's buckets took twice as long).
+_CHUNK_LANES = 1 << 22
+# Elements of a chunk of the statistics: its magnitudes, in float32 scratch (256 KiB), stay in
+# the L2 cache while they are summed and squared, so each element is read from memory once.
+# torch sums float32 pairwise, within about 1e-7 of the float64 sum over this many (BLAS's
+# dot product was 4e-6 off); chunk by chunk the sums add up in float64.
+_STAT_CHUNK = 1 << 16
 
 
 class _RegionAccumulator:
@@ -301,8 +306,9 @@ class FabricHook:
     the bucket's device; both ``lanes`` take the same draws.
 
     Scratch: the lines, every worker's lines, the stream of a route's slices and the FP32
-    slices are kept per bucket and route and reused from step to step; the torch lanes work
-    a chunk of lanes at a time, so no temporary grows with the bucket.
+    slices are kept per route, sized for the largest bucket, and reused from bucket to bucket
+    and step to step; the torch lanes work a chunk of lanes at a time, so no temporary grows
+    with the bucket.
 
     Raises ``TypeError``/``ValueError`` for bad options and
     :class:`~neuron_fabric.host.runtime.CapacityError` for routes the device cannot serve.
@@ -392,12 +398,17 @@ class FabricHook:
         return state.run(bucket)
 
     def _buffer(self, key, name, shape, dtype, device):
-        """Scratch ``name`` of ``key`` (a bucket and route): kept while its shape holds."""
+        """Scratch ``name`` of ``key`` (a route, or the statistics) as a tensor of ``shape``:
+        a view of a flat buffer kept from bucket to bucket and from step to step, grown when
+        a bucket needs more. A bucket's scratch is done with when the hook returns, so the
+        hook keeps the scratch of its largest bucket, not of every bucket."""
+        numel = math.prod(shape)
         slot = self._scratch.setdefault(key, {})
         held = slot.get(name)
-        if held is None or held.shape != shape or held.dtype != dtype or held.device != device:
-            held = slot[name] = torch.empty(shape, dtype=dtype, device=device)
-        return held
+        if held is None or held.dtype != dtype or held.device != device or held.numel() < numel:
+            slot[name] = None  # the old buffer goes before the new one comes
+            held = slot[name] = torch.empty(max(numel, 1), dtype=dtype, device=device)
+        return held[:numel].view(shape)
 
     # -------------------------------------------------------------------- per step
 
@@ -427,8 +438,37 @@ class FabricHook:
 
     def _sums(self, x, sumsq=None, l1=None):
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
-        float64 views, either may be None), accumulated in float64: a float32 square
-        overflows for ``|x|`` above about 1.8e19. A chunk at a time through one scratch."""
+        float64 views, either may be None), chunk by chunk: the chunk's magnitudes into a
+        float32 scratch (one pass over ``x``), summed, squared and summed there, each chunk's
+        sums added in float64. Where a chunk's float32 sums are not finite (a square beyond
+        float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``), the whole of
+        ``x`` is summed again in float64 (:meth:`_wide_sums`), so a large finite gradient
+        gives a finite sum."""
+        scratch = self._buffer(("statistics",), "magnitude", (_STAT_CHUNK,), torch.float32,
+                               x.device)
+        n_chunks = -(-x.numel() // _STAT_CHUNK)
+        parts = self._buffer(("statistics",), "parts", (n_chunks, 2), torch.float32, x.device)
+        parts.zero_()
+        for k, start in enumerate(range(0, x.numel(), _STAT_CHUNK)):
+            piece = x[start:start + _STAT_CHUNK]
+            magnitude = torch.abs(piece, out=scratch[:piece.numel()])
+            if l1 is not None:
+                torch.sum(magnitude, dim=0, out=parts[k, 1])
+            if sumsq is not None:  # squared in place and summed pairwise, as the sum above
+                torch.sum(magnitude.mul_(magnitude), dim=0, out=parts[k, 0])
+        if not n_chunks:
+            return
+        totals = parts.to(torch.float64).sum(0)
+        if not bool(torch.isfinite(totals).all()):
+            self._wide_sums(x, sumsq, l1)
+            return
+        if sumsq is not None:
+            sumsq += totals[0]
+        if l1 is not None:
+            l1 += totals[1]
+
+    def _wide_sums(self, x, sumsq=None, l1=None):
+        """:meth:`_sums` of ``x`` in float64 throughout: widened into float64 scratch."""
         scratch = self._buffer(("statistics",), "float64", (_STAT_CHUNK,), torch.float64,
                                x.device)
         for start in range(0, x.numel(), _STAT_CHUNK):
@@ -515,7 +555,7 @@ class FabricHook:
     def _stream(self, flat, segments, indices, safe, local, bucket_index, route):
         """The values a route compresses, ``p`` = gradient plus residual, slice after slice:
         the bucket itself where the slices lie back to back and nothing is added, else a
-        scratch stream kept per bucket and route (``bucket_index`` None: a fresh one). Adds
+        scratch stream kept per route (``bucket_index`` None: a fresh one). Adds
         sum ``|p|`` of slices with a residual to ``local`` (when given)."""
         first, last = segments[indices[0]], segments[indices[-1]]
         contiguous = all(segments[a][1] + segments[a][2] == segments[b][1]
@@ -526,8 +566,7 @@ class FabricHook:
         count = sum(segments[i][2] for i in indices)
         stream = (torch.empty(count, dtype=torch.float32, device=flat.device)
                   if bucket_index is None else
-                  self._buffer((bucket_index, route), "stream", (count,), torch.float32,
-                               flat.device))
+                  self._buffer(route, "stream", (count,), torch.float32, flat.device))
         start = 0
         for index in indices:
             name, offset, numel = segments[index]
@@ -556,7 +595,7 @@ class FabricHook:
             return
         flat = buffer.view(-1)
         slices = [flat[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
-        joined = self._buffer((bucket_index, FP32), "joined", (sum(s.numel() for s in slices),),
+        joined = self._buffer(FP32, "joined", (sum(s.numel() for s in slices),),
                               buffer.dtype, buffer.device)
         torch.cat(slices, out=joined)
         joined.div_(world)
@@ -616,7 +655,7 @@ class FabricHook:
         sizes = [segments[i][2] for i in indices]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist()
         chunks = self._chunks(route, n_lines)
-        key = (bucket_index, route)
+        key = route  # scratch shared by the buckets (one at a time)
         device = flat.device
         options = self.gbinary if route == GBINARY else self.gternary
 
@@ -637,7 +676,9 @@ class FabricHook:
             readout = options.device_readout
             if options.dither:
                 flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
-            self._encode_gbinary(stream, flip, lines, chunks)
+            own = (self._buffer(key, "own", (n_lines * nbytes,), torch.uint8, device)
+                   if options.error_feedback else None)
+            self._encode_gbinary(stream, flip, lines, chunks, own=own)
         else:
             readout = Readout.GATED
             tau, peak = _lanes.gternary_threshold(stream, ratio=options.ratio)
@@ -651,7 +692,8 @@ class FabricHook:
             self._encode_gternary(stream, tau, shared, options, bucket_index, lines, chunks)
         tick = self._phase(route, "encode", tick)
         if options.error_feedback:  # what this worker's own compression drops, for next step
-            self._residuals(route, stream, segments, indices, starts, lines, own_l1)
+            self._residuals(route, stream, segments, indices, starts,
+                            own if route == GBINARY else lines, own_l1)
             tick = self._phase(route, "write_back", tick)
 
         # ---- exchange, fold, readout and decode straight into the bucket
@@ -701,8 +743,13 @@ class FabricHook:
 
     # -------------------------------------------------------------------- lanes
 
-    def _encode_gbinary(self, stream, flip, lines, chunks):
+    def _encode_gbinary(self, stream, flip, lines, chunks, own=None):
+        """``stream``'s lines (dithered by ``flip``), and into ``own`` (when given) its signs
+        before the dither, for the residuals."""
         if self.lanes == "golden":
+            if own is not None:
+                own.copy_(torch.from_numpy(gbinary.encode(stream.numpy(),
+                                                          line_bits=self.line_bits)).view(-1))
             signal = stream.numpy()
             if flip is not None:  # 1 - 2 * bit, a float32 +-1 a lane, in place: exact
                 signs = np.unpackbits(flip.numpy(), bitorder="little")[:signal.size].astype(
@@ -718,6 +765,7 @@ class FabricHook:
                 stream[c0 * per_line:c1 * per_line], line_bits=self.line_bits,
                 dither=None if flip is None else flip[c0 * nbytes:c1 * nbytes],
                 out=lines[c0:c1], workspace=self._workspace,
+                undithered=None if own is None else own[c0 * nbytes:c1 * nbytes],
                 nan_check=False)  # the statistics found every slice finite
 
     def _encode_gternary(self, stream, tau, shared, options, bucket_index, lines, chunks):
@@ -810,7 +858,10 @@ class FabricHook:
 
     def _residuals(self, route, stream, segments, indices, starts, lines, own_l1):
         """This worker's residuals: ``p`` less its own compressed values, each scaled by its
-        own mean ``|p|`` over its non-zero codes (sum ``|p|`` as the statistics summed it)."""
+        own mean ``|p|`` over its non-zero codes (sum ``|p|`` as the statistics summed it).
+        ``lines``: G-Ternary, this worker's lines; G-Binary, the signs of ``p`` before the
+        dither, a bit each (1: below 0), so that 0 counts as +1. The own values are decoded
+        from them straight into the residual, which then takes ``p`` less them."""
         if route == GTERNARY:
             nonzero = _lanes.range_sums(
                 (_lanes._words(lines).reshape(1, -1) & _lanes._EVEN), [1],
@@ -823,13 +874,11 @@ class FabricHook:
             residual = held if held is not None and held.shape == p.shape else torch.empty_like(p)
             if route == GBINARY:  # own values: sign, with 0 as +1
                 scale = float(np.float32(own_l1[index] / max(numel, 1)))
-                negative = p < 0
-                torch.where(negative, torch.tensor(-scale, device=p.device),
-                            torch.tensor(scale, device=p.device), out=residual)
             else:
                 scale = float(np.float32(own_l1[index] / max(nonzero[k], 1)))
-                _lanes.scaled_values_into(lines.reshape(-1), route=route,
-                                          pieces=[(starts[k], residual, scale)])
+            _lanes.scaled_values_into(lines.reshape(-1), route=route,
+                                      pieces=[(starts[k], residual, scale)],
+                                      workspace=self._workspace)
             torch.sub(p, residual, out=residual)
             self._residual[name] = residual
 
@@ -875,22 +924,92 @@ def _agreement_sums(route, planes, world, starts, stops, workspace, rows=None):
         # sum over G (2n - N) + sum over ~G (N - 2n) = 2 sum_G n - 2 sum_~G n - N (|G| - |~G|)
         return sums + world * (torch.tensor(stops, device=device)
                                - torch.tensor(starts, device=device))
+    return _sum_magnitudes(words, world, starts, stops, workspace)
+
+
+# Masks of the field sums below: 2-bit fields to 4-bit, 4-bit to 8-bit, 8-bit to 16-bit.
+_FIELDS_2 = 0x3333_3333_3333_3333
+_FIELDS_4 = 0x0F0F_0F0F_0F0F_0F0F
+_FIELDS_8 = 0x00FF_00FF_00FF_00FF
+_SUM_16 = 0x0001_0001_0001_0001
+
+
+def _sum_magnitudes(digits, world, starts, stops, workspace):
+    """Per lane range, ``sum |S|`` of G-Ternary sums held as ``SUMS`` lines ``digits``
+    (``int64`` words ``(lines, k, words)``), from the lines themselves.
+
+    ``|S| = (S xor s) + [S < 0]`` for ``s`` the sign repeated over every bit, below
+    ``2**width`` with ``width`` the bits ``world`` workers' sums reach. A ``SUMS`` line
+    holds two bits of every sum, a 2-bit field a lane: xored with the sign at both bits,
+    the field is a digit of ``S xor s``, worth ``4**d`` on line ``d``. The fields of a word
+    are added up as a population count adds its bits (2-bit fields into 4, into 8, into
+    16, then one multiplication sums a word), each line shifted to its weight once its
+    fields have room: about 10 operations a line and word, where a population count of
+    each bit of ``|S|`` took 15 a bit."""
+    n_lines, per_slot, per_line = digits.shape
+    device = digits.device
     width = min(2 * per_slot - 1, world.bit_length())
-    # |S| = (S xor s) - s for s the sign (all ones where negative): below 2**width
-    streams = workspace.take("streams", (width + 1, n_lines, per_line), torch.int64, device)
-    sign = streams[width]
-    torch.bitwise_right_shift(words[:, per_slot - 1], 1, out=sign)  # bit 2k - 1 of each sum
+    n_digits = -(-width // 2)
+    n = n_lines * per_line
+    take = workspace.take
+    sign = take("sign", n, torch.int64, device).view(n_lines, per_line)
+    torch.bitwise_right_shift(digits[:, per_slot - 1], 1, out=sign)  # the sum's top bit
     sign &= _lanes._EVEN
-    for j in range(width):
-        if j % 2:
-            torch.bitwise_right_shift(words[:, j // 2], 1, out=streams[j])
-        else:
-            streams[j].copy_(words[:, j // 2])
-        streams[j] ^= sign
-        streams[j] &= _lanes._EVEN
+    both = take("sign_both", (n_lines, per_line), torch.int64, device)
+    torch.mul(sign, 3, out=both)
+    # Bytes hold at most 4 * 4**n_digits (four lanes of digits, plus the signs) while that
+    # is below 256; beyond, every line goes on to 16-bit fields before it is weighted.
+    wide = 4 ** (n_digits + 1) > 255
+    acc = take("magnitude_sum", (n_lines, per_line), torch.int64, device)
+    field = take("magnitude_field", (n_lines, per_line), torch.int64, device)
+    spare = take("magnitude_spare", (n_lines, per_line), torch.int64, device)
+
+    def to_bytes(x):
+        """2-bit fields of ``x`` summed into bytes, in place."""
+        torch.bitwise_right_shift(x, 2, out=spare)
+        spare.bitwise_and_(_FIELDS_2)
+        x &= _FIELDS_2
+        x += spare
+        torch.bitwise_right_shift(x, 4, out=spare)
+        x += spare
+        x &= _FIELDS_4
+        return x
+
+    def to_shorts(x):
+        torch.bitwise_right_shift(x, 8, out=spare)
+        spare.bitwise_and_(_FIELDS_8)
+        x &= _FIELDS_8
+        x += spare
+        return x
+
+    acc.copy_(sign)
+    to_bytes(acc)
+    if wide:
+        to_shorts(acc)
+    for d in range(n_digits):
+        torch.bitwise_xor(digits[:, d], both, out=field)
+        to_bytes(field)
+        if wide:
+            to_shorts(field)
+        if d:
+            field <<= 2 * d
+        acc += field
+    if not wide:
+        to_shorts(acc)
+    acc *= _SUM_16
+    acc >>= 48  # the sum of the four 16-bit fields, below 2**15
+
+    def words_at(index):
+        """The bits of ``|S| - [S < 0]`` and the sign, lane by lane at the even bits, of the
+        words at ``index``: the streams whose weighted counts ``acc`` holds."""
+        lines = digits[index // per_line, :, index % per_line].T  # (k, len(index))
+        sign_words = (lines[per_slot - 1] >> 1) & _lanes._EVEN
+        bits = [((lines[j // 2] >> (j % 2)) ^ sign_words) & _lanes._EVEN for j in range(width)]
+        return torch.stack(bits + [sign_words])
+
     weights = [1 << j for j in range(width)] + [1]
-    return _lanes.range_sums(streams.view(width + 1, -1), weights, [2 * s for s in starts],
-                             [2 * s for s in stops], workspace=workspace, in_place=True)
+    return _lanes.word_range_sums(acc.view(-1), words_at, weights, [2 * s for s in starts],
+                                  [2 * s for s in stops])
 
 
 def ddp_buckets(model, *, bucket_cap_mb=None):

@@ -52,7 +52,7 @@ __all__ = ["GRAD_TYPES", "Workspace", "gbinary_encode", "gbinary_aggregate_plane
            "gternary_aggregate_planes", "gternary_readout_planes",
            "gternary_parse_readout", "gternary_decode",
            "counter_words", "counter_words_numpy", "uniform_draws", "uniform_draws_numpy",
-           "pack_bits", "scaled_values_into", "range_sums"]
+           "pack_bits", "scaled_values_into", "range_sums", "word_range_sums"]
 
 _I64 = torch.int64
 # Bit patterns as signed 64-bit integers (torch has no unsigned 64-bit arithmetic).
@@ -63,6 +63,9 @@ _ONES = -1
 # the product's top byte, with no carry into it (each bit lands on one place).
 _PACK_MAGIC = 0x0102_0408_1020_4080
 _BYTE_LOW_BITS = 0x0101_0101_0101_0101
+# Eight bytes of 2-bit codes times this put byte i's code at bit 24 + 2i (i < 4) and at
+# bit 56 + 2 (i - 4) (i >= 4): 2**24 + 2**18 + 2**12 + 2**6.
+_CODE_MAGIC = (1 << 24) + (1 << 18) + (1 << 12) + (1 << 6)
 _LANE_BITS_TERNARY = _gternary.LANE_BITS
 
 
@@ -208,30 +211,6 @@ def pack_bits(mask, out=None, *, workspace=None):
     return out
 
 
-def _pack_padded(mask, out, workspace):
-    """Packed bits of ``mask`` into the bytes ``out``, the bytes past them 0."""
-    used = -(-mask.numel() // 8)
-    pack_bits(mask, out[:used], workspace=workspace)
-    out[used:] = 0
-    return out
-
-
-_SPREAD_STEPS = ((16, 0x0000_FFFF_0000_FFFF), (8, 0x00FF_00FF_00FF_00FF),
-                 (4, 0x0F0F_0F0F_0F0F_0F0F), (2, 0x3333_3333_3333_3333), (1, _EVEN))
-
-
-def _spread_into(packed, out, tmp):
-    """Bits of ``packed`` bytes (a multiple of 4) spread to the even bits of ``int64`` words
-    ``out``: bit ``i`` to bit ``2i``. ``tmp`` is scratch of ``out``'s shape."""
-    out.copy_(packed.view(torch.int32))
-    out &= 0xFFFF_FFFF
-    for shift, mask in _SPREAD_STEPS:
-        torch.bitwise_left_shift(out, shift, out=tmp)
-        out |= tmp
-        out &= mask
-    return out
-
-
 def _popcount_(words, tmp):
     """Set bits of each ``int64`` word, in place (SWAR; torch has no population count).
     ``tmp`` is scratch of the same shape."""
@@ -266,6 +245,33 @@ def range_sums(streams, weights, starts, stops, *, workspace=None, in_place=Fals
     ws = _workspace(workspace)
     device = streams.device
     n_streams, n_words = streams.shape
+    # Taken before the counts below, which may overwrite the streams.
+    ends = _range_ends(lambda index: streams[:, index], weights, starts, stops, n_words,
+                       device)
+    if not n_words:
+        return ends
+    counts = streams if in_place else ws.take("counts", streams.shape, _I64, device).copy_(streams)
+    _popcount_(counts, ws.take("popcount", counts.shape, _I64, device))
+    per_word = ws.take("per_word", n_words, _I64, device)
+    torch.mul(counts[0], weights[0], out=per_word)
+    for s in range(1, n_streams):
+        per_word.add_(counts[s], alpha=weights[s])
+    return _whole_words(per_word, starts, stops, ends)
+
+
+def word_range_sums(per_word, words_at, weights, starts, stops):
+    """:func:`range_sums` from each word's weighted count ``per_word`` (``int64``, one per
+    word of the streams), already summed over the streams; ``words_at(index)`` gives the
+    streams' words at an ``int64`` index tensor, ``(S, len(index))``, for the words where a
+    range starts or stops inside."""
+    ends = _range_ends(words_at, weights, starts, stops, per_word.numel(), per_word.device)
+    return _whole_words(per_word, starts, stops, ends) if per_word.numel() else ends
+
+
+def _range_ends(words_at, weights, starts, stops, n_words, device):
+    """Per range, less the weighted bits of its first word before its start, plus those of
+    its last word before its stop (a stop on a word boundary adds nothing: its mask is
+    empty)."""
     starts = torch.as_tensor(starts, dtype=_I64, device=device)
     stops = torch.as_tensor(stops, dtype=_I64, device=device)
     weight = torch.tensor(weights, dtype=_I64, device=device)[:, None]
@@ -278,23 +284,21 @@ def range_sums(streams, weights, starts, stops, *, workspace=None, in_place=Fals
         """Weighted set bits of the words at ``word_index`` below bit ``bits`` (0 to 64)."""
         mask = torch.where(bits >= 64, torch.full_like(bits, _ONES),
                            (torch.ones_like(bits) << bits.clamp(max=63)) - 1)
-        words = streams[:, word_index.clamp(max=n_words - 1)] & mask
+        words = words_at(word_index.clamp(max=n_words - 1)) & mask
         return (_popcount(words) * weight).sum(0)
 
-    # Less the bits of the first word before the start, plus the last word's bits before the
-    # stop (a stop on a word boundary adds nothing: its mask is empty). Taken before the
-    # counts below, which may overwrite the streams.
     total -= below(first, starts - 64 * first)
     total += torch.where(stops % 64 > 0, below(last, stops - 64 * last), torch.zeros_like(total))
-    counts = streams if in_place else ws.take("counts", streams.shape, _I64, device).copy_(streams)
-    _popcount_(counts, ws.take("popcount", counts.shape, _I64, device))
-    per_word = ws.take("per_word", n_words, _I64, device)
-    torch.mul(counts[0], weights[0], out=per_word)
-    for s in range(1, n_streams):
-        per_word.add_(counts[s], alpha=weights[s])
-    # Whole words from first to last: a sum per range (torch's int64 prefix sum does not
-    # vectorize, and is slower than these sums).
-    for r, (a, b) in enumerate(zip(first.tolist(), last.tolist())):
+    return total
+
+
+def _whole_words(per_word, starts, stops, total):
+    """``total`` plus, per range, ``per_word`` summed over the words from its start's to its
+    stop's (exclusive)."""
+    # A sum per range (torch's int64 prefix sum does not vectorize, and is slower than these
+    # sums).
+    for r, (start, stop) in enumerate(zip(starts, stops)):
+        a, b = int(start) // 64, int(stop) // 64
         if a < b:
             total[r] += per_word[a:b].sum()
     return total
@@ -365,14 +369,16 @@ def uniform_draws_numpy(key, count):
 # ----------------------------------------------------------------------------- G-Binary
 
 def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None,
-                   nan_check=True):
+                   undithered=None, nan_check=True):
     """:func:`neuron_fabric.golden.gbinary.encode` of ``grad``, or, with ``dither``, of
     ``grad * (1 - 2 * d)`` where ``d`` is bit ``j % 8`` of byte ``j // 8`` of ``dither``
     (``uint8``, at least ``ceil(size / 8)`` bytes): a flipped element encodes 1 where it is
     above 0, an element kept where it is below 0, so ``+-0`` still encodes 0.
 
     Returns ``uint8`` lines ``(ceil(size / line_bits), line_bits // 8)`` on ``grad``'s device
-    (into ``out`` if given; temporaries from ``workspace``, a :class:`Workspace`).
+    (into ``out`` if given; temporaries from ``workspace``, a :class:`Workspace`). With a
+    dither, ``undithered`` (``uint8``, as many bytes as the lines) receives the lines
+    without it, as :func:`~neuron_fabric.golden.gbinary.encode` of ``grad`` gives them.
     Raises ``TypeError`` for a non-floating tensor and ``ValueError`` for NaN or an
     unsupported ``line_bits``; ``nan_check=False`` skips the pass that looks for NaN, for a
     caller that has seen the data finite (a NaN would then encode as 0).
@@ -404,22 +410,20 @@ def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None
     negative &= _BYTE_LOW_BITS
     negative *= _PACK_MAGIC
     packed[:used].copy_(negative.view(torch.uint8).view(used, 8)[:, 7])
+    if undithered is not None:
+        undithered.copy_(packed)
     if dither is not None:
         if not isinstance(dither, torch.Tensor) or dither.dtype != torch.uint8 \
                 or dither.numel() < used:
             raise ValueError(f"dither must be uint8 bytes holding a bit for each of the "
                              f"{size} elements, not {dither!r:.60}")
-        positive = ws.take("positive_words", used, _I64, device)
-        torch.bitwise_right_shift(words, 1, out=positive)  # +1 is the byte with bit 1 clear
-        positive.bitwise_not_()
-        positive &= words
-        positive &= _BYTE_LOW_BITS
-        positive *= _PACK_MAGIC
-        flipped = ws.take("positive", used, torch.uint8, device)
-        flipped.copy_(positive.view(torch.uint8).view(used, 8)[:, 7])
-        # N ^ ((N ^ P) & F): below 0 where kept, above 0 where flipped (bits past the last
-        # element are 0 in both, so they stay 0).
-        flipped ^= packed[:used]
+        nonzero = ws.take("nonzero_words", used, _I64, device)
+        torch.bitwise_and(words, _BYTE_LOW_BITS, out=nonzero)  # -1 and +1 have bit 0 set
+        nonzero *= _PACK_MAGIC
+        flipped = ws.take("flipped", used, torch.uint8, device)
+        flipped.copy_(nonzero.view(torch.uint8).view(used, 8)[:, 7])
+        # N ^ (Z & F), Z the non-zero elements: below 0 where kept, above 0 where flipped
+        # (N ^ Z is the positive ones; bits past the last element are 0 in both).
         flipped &= dither.reshape(-1)[:used]
         packed[:used] ^= flipped
     return out
@@ -546,10 +550,21 @@ def gbinary_readout_planes(planes, *, readout, num_workers, out=None):
     return out.view(-1, line_bits // 8)
 
 
+def _byte_lanes(data, kind):
+    """Every byte of ``uint8`` data ``(..., n_bytes)`` as its lanes, looked up in a table of
+    the 256 bytes (one gather a byte writes all its lanes): ``"bits"``, 8 lanes of ``uint8``
+    0/1; ``"signs"``, 8 lanes of ``int8`` ``1 - 2 * bit``; ``"codes"``, 4 two-bit lanes as
+    sign-extended ``int8``."""
+    table = _table(kind, data.device)  # a byte's lanes as one integer: one word gathered
+    per_byte = 8 if kind != "codes" else 4
+    index = data.reshape(-1).to(torch.int32)
+    lanes = torch.index_select(table, 0, index).view(torch.uint8 if kind == "bits" else torch.int8)
+    return lanes.reshape(*data.shape[:-1], data.shape[-1] * per_byte)
+
+
 def _bits_of(lines):
     """Every bit of ``uint8`` lines ``(..., n_bytes)`` as ``uint8`` 0/1 ``(..., 8 * n_bytes)``."""
-    shifts = torch.arange(8, dtype=torch.uint8, device=lines.device)
-    return ((lines[..., None] >> shifts) & 1).reshape(*lines.shape[:-1], 8 * lines.shape[-1])
+    return _byte_lanes(lines, "bits")
 
 
 def gbinary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
@@ -589,10 +604,12 @@ def _from_lane_grid(grid, n_elements):
 def gbinary_decode(lines, *, readout, n_elements, line_bits=512, counter_bits=None):
     """:func:`neuron_fabric.golden.gbinary.decode`: ``SIGN`` to ``int8`` -1/+1, ``TERNARY``
     to -1/0/+1, ``COUNTS`` to ``uint8`` counts, padding lanes dropped."""
+    checked, _ = _check_lines(lines, line_bits=line_bits)
+    if _check_readout(readout, Route.GBINARY) is Readout.SIGN:  # +-1 looked up a byte
+        slots = _check_readout_lines(checked, readout=readout, counter_bits=1)
+        return _from_lane_grid(_byte_lanes(slots[:, 0], "signs"), n_elements)
     values = gbinary_parse_readout(lines, readout=readout, line_bits=line_bits,
                                    counter_bits=counter_bits)
-    if Readout(readout) is Readout.SIGN:
-        values = 1 - 2 * values.view(torch.int8)
     return _from_lane_grid(values, n_elements)
 
 
@@ -645,8 +662,13 @@ def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, o
     n_lines = -(-size // lanes)
     ws = _workspace(workspace)
     device = flat.device
-    positive = ws.take("mask", size, torch.bool, device)
-    negative = ws.take("mask_2", size, torch.bool, device)
+    # Masks a byte a lane, the padding lanes 0 (the neutral code).
+    padded = n_lines * lanes
+    positive = ws.take("mask", padded, torch.bool, device)
+    negative = ws.take("mask_2", padded, torch.bool, device)
+    positive[size:] = False
+    negative[size:] = False
+    positive, negative = positive[:size], negative[:size]
     if math.isnan(tau):  # 0 * inf: the golden encoder's compares with NaN keep nothing
         positive.zero_()
         negative.zero_()
@@ -669,19 +691,22 @@ def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, o
         torch.lt(scaled.to(wide) if wide != torch.float32 else scaled, magnitude, out=kept)
         positive &= kept
         negative &= kept
-    positive |= negative  # non-zero
-    padded = n_lines * lanes // 8
     if out is None:
         out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=device)
-    low = _pack_padded(positive, ws.take("nonzero", padded, torch.uint8, device), ws)
-    high = _pack_padded(negative, ws.take("minus", padded, torch.uint8, device), ws)
-    words = _words(out).view(-1)
-    tmp = ws.take("spread", words.numel(), _I64, device)
-    spread_high = ws.take("spread_high", words.numel(), _I64, device)
-    _spread_into(low, words, tmp)
-    _spread_into(high, spread_high, tmp)
-    spread_high <<= 1
-    words |= spread_high
+    if not padded:
+        return out
+    # Eight lanes' codes a word, a byte each: positive 01, negative 11 (the masks are
+    # exclusive). One multiplication gathers bytes 0 to 3 into byte 3 and bytes 4 to 7
+    # into byte 7, lane after lane two bits apart: every other product of the bytes and
+    # the factor's powers lands on its own two bits, so none carries into the codes.
+    codes = ws.take("code_words", padded // 8, _I64, device)
+    plus = _words(ws.take("mask", padded, torch.bool, device).view(torch.uint8))
+    minus = _words(ws.take("mask_2", padded, torch.bool, device).view(torch.uint8))
+    torch.bitwise_left_shift(minus, 1, out=codes)
+    codes |= minus
+    codes |= plus
+    codes *= _CODE_MAGIC
+    out.view(-1).view(-1, 2).copy_(codes.view(torch.uint8).view(-1, 2, 4)[:, :, 3])
     return out
 
 
@@ -725,30 +750,36 @@ def _votes(words, out):
 def _subtract_minus(tally, bits, out, tmp):
     """Tallies ``N`` (even bits) and ``M`` (odd bits) as ``bits`` planes ``out`` of
     ``N - 2M``, two's complement at the even bits (``bits`` past the tallies repeat the
-    sign); ``tmp``: four scratch rows."""
-    borrow, minus, a, spare = tmp[0], tmp[1], tmp[2], tmp[3]
-    minus.zero_()
+    sign; the odd bits of ``out`` are left as they come); ``tmp``: three scratch rows.
+
+    A ripple of borrows, plane ``k`` taking ``N``'s bit ``k`` from the even bits of
+    ``tally[k]`` and ``M``'s bit ``k - 1`` from the odd bits of ``tally[k - 1]``, moved to the
+    even bits: whatever the odd bits hold never reaches an even bit, so nothing is masked
+    on the way. Seven operations a plane: with ``p = a ^ borrow``, the difference is
+    ``p ^ b`` and the next borrow ``((b ^ borrow) & ~p) ^ borrow`` (the majority of ``~a``,
+    ``b`` and the borrow)."""
+    borrow, b, p = tmp[0], tmp[1], tmp[2]
+    out[0].copy_(tally[0])  # less 2M, nothing at bit 0
     borrow.zero_()
-    for k in range(bits):
-        if k < len(tally):
-            torch.bitwise_and(tally[k], _EVEN, out=a)
+    for k in range(1, bits):
+        if k > len(tally):  # 0 - 0 - borrow: the sign, repeated
+            out[k].copy_(borrow)
+            continue
+        torch.bitwise_right_shift(tally[k - 1], 1, out=b)  # M's bit k - 1 at the even bits
+        if k == len(tally):  # a = 0: the difference is b ^ borrow, the borrow b | borrow
+            torch.bitwise_xor(b, borrow, out=out[k])
+            borrow |= b
+        elif k == 1:  # no borrow yet
+            torch.bitwise_xor(tally[k], b, out=out[k])
+            torch.bitwise_not(tally[k], out=borrow)
+            borrow &= b
         else:
-            a.zero_()
-        diff = out[k]
-        torch.bitwise_xor(a, minus, out=diff)  # a ^ b
-        # borrow out: (~a & b) | (~(a ^ b) & borrow)
-        torch.bitwise_not(diff, out=spare)
-        spare &= borrow
-        diff ^= borrow  # the difference
-        a.bitwise_not_()
-        a &= minus
-        torch.bitwise_or(a, spare, out=borrow)
-        diff &= _EVEN
-        if k < len(tally):
-            torch.bitwise_right_shift(tally[k], 1, out=minus)
-            minus &= _EVEN
-        else:
-            minus.zero_()
+            torch.bitwise_xor(tally[k], borrow, out=p)
+            torch.bitwise_xor(p, b, out=out[k])
+            b ^= borrow
+            p.bitwise_not_()
+            b &= p
+            borrow ^= b
     return out
 
 
@@ -803,15 +834,20 @@ def gternary_aggregate_planes(lines, *, max_workers, counter_bits=None, out=None
         tally = _count_rows(votes, width, ws.take("planes", (width, n), _I64, device), ws)
         planes = _subtract_minus(list(tally), width + 1,
                                  ws.take("sums", (width + 1, n), _I64, device),
-                                 ws.take("borrows", (4, n), _I64, device))
+                                 ws.take("borrows", (3, n), _I64, device))
     else:
         planes = torch.stack(_fold_in_order(list(rows), limit, counter_bits + 1))
+    # Digit d: plane 2d at the even bits, plane 2d + 1 at the odd bits, written in place
+    # into the slots' lines.
     digits = _words(out).view(n_lines, per_slot, nbytes // 8)
-    high = ws.take("digit_high", n, _I64, device)
+    even = ws.take("digit_even", n, _I64, device)
     for d in range(per_slot):
-        torch.bitwise_left_shift(planes[min(2 * d + 1, len(planes) - 1)], 1, out=high)
-        high |= planes[min(2 * d, len(planes) - 1)]
-        digits[:, d].copy_(high.view(n_lines, nbytes // 8))
+        line = digits[:, d]
+        odd = planes[min(2 * d + 1, len(planes) - 1)].view(n_lines, nbytes // 8)
+        torch.bitwise_and(odd, _EVEN, out=line)
+        line <<= 1
+        torch.bitwise_and(planes[min(2 * d, len(planes) - 1)], _EVEN, out=even)
+        line |= even.view(n_lines, nbytes // 8)
     return out
 
 
@@ -860,9 +896,7 @@ def gternary_readout_planes(planes, *, readout, gate, out=None, workspace=None):
 
 def _two_bit_lanes(data):
     """2-bit lanes of ``uint8`` bytes ``(..., n)`` as sign-extended ``int8`` ``(..., 4n)``."""
-    shifts = torch.arange(0, 8, 2, dtype=torch.uint8, device=data.device)
-    lanes = ((data[..., None] >> shifts) & 3).view(torch.int8)
-    return ((lanes ^ 2) - 2).reshape(*data.shape[:-1], 4 * data.shape[-1])
+    return _byte_lanes(data, "codes")
 
 
 def gternary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
@@ -871,11 +905,11 @@ def gternary_parse_readout(lines, *, readout, line_bits=512, counter_bits=None):
     readout = _check_readout(readout, Route.GTERNARY)
     if readout is Readout.GATED:
         slots = _check_readout_lines(lines, readout=readout, counter_bits=1)
-        values = _two_bit_lanes(slots[:, 0])
-        if bool((values == _gternary.INVALID_VALUE).any()):
+        codes = _words(slots[:, 0])
+        if bool((_shr(codes, 1) & ~codes & _EVEN).any()):  # a 10: high bit without low bit
             raise ValueError(f"lines hold an invalid ternary code "
                              f"({_gternary.INVALID_CODE:#04b}), which no readout produces")
-        return values
+        return _two_bit_lanes(slots[:, 0])
     if counter_bits is None:
         raise TypeError("counter_bits is required to parse a SUMS readout")
     counter_bits = check_int("counter_bits", counter_bits, low=1, high=COUNTER_BITS_LIMIT)
@@ -923,13 +957,31 @@ def _code_table(device):
     return torch.tensor([0.0, 1.0, -2.0, -1.0], device=device)[codes]
 
 
+def _lane_tables(device):
+    """The byte tables of :func:`_byte_lanes`."""
+    byte = torch.arange(256, device=device)[:, None]
+    bits = ((byte >> torch.arange(8, device=device)) & 1).to(torch.uint8)
+    codes = ((byte >> torch.arange(0, 8, 2, device=device)) & 3).to(torch.int8)
+    tables = {"bits": bits, "signs": (1 - 2 * bits.to(torch.int8)), "codes": (codes ^ 2) - 2}
+    return {kind: table.contiguous().view(_I64 if table.shape[1] == 8 else torch.int32)
+            .reshape(256) for kind, table in tables.items()}
+
+
 _TABLES = {}
 
 
 def _table(kind, device):
+    """A table by kind: ``"sign"`` and ``"code"`` (float32 values a lane, for the hooks'
+    decode), or a table of :func:`_byte_lanes`."""
     key = (kind, str(device))
     if key not in _TABLES:
-        _TABLES[key] = _sign_table(device) if kind == "sign" else _code_table(device)
+        if kind == "sign":
+            _TABLES[key] = _sign_table(device)
+        elif kind == "code":
+            _TABLES[key] = _code_table(device)
+        else:
+            for name, table in _lane_tables(device).items():
+                _TABLES[name, str(device)] = table
     return _TABLES[key]
 
 

@@ -71,9 +71,13 @@ def test_gbinary_encode_matches_golden(data, size, line_bits, dither):
     bits = np.random.default_rng(size).integers(0, 256, -(-size // 8) + 1, dtype=np.uint8)
     flip = 1 - 2 * np.unpackbits(bits, bitorder="little")[:size].astype(np.float32)
     golden = gbinary.encode(grad * flip if dither else grad, line_bits=line_bits)
+    plain = gbinary.encode(grad, line_bits=line_bits)
+    undithered = torch.full((plain.size,), 0xA5, dtype=torch.uint8)
     twin = lanes.gbinary_encode(torch.from_numpy(grad), line_bits=line_bits,
-                                dither=torch.from_numpy(bits) if dither else None)
+                                dither=torch.from_numpy(bits) if dither else None,
+                                undithered=undithered)
     same(golden, twin)
+    same(plain.reshape(-1), undithered)  # the lines before the dither, for the residuals
 
 
 def test_gbinary_encode_refuses_what_the_golden_model_refuses():
@@ -305,22 +309,25 @@ def test_scaled_values_are_numpy_products(data, route, count):
     np.testing.assert_array_equal(out.numpy().view(np.uint32), expected.view(np.uint32))
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3, 4, 5, 8, 9, 16])
-def test_agreement_sums_are_the_per_lane_sums(workers):
+@pytest.mark.parametrize("workers, max_workers", [(1, 16), (2, 16), (3, 16), (4, 16), (5, 16),
+                                                 (8, 16), (9, 16), (16, 16), (40, 127),
+                                                 (127, 127)])
+def test_agreement_sums_are_the_per_lane_sums(workers, max_workers):
     rng = np.random.default_rng(workers)
     lines = rng.integers(0, 256, (workers, 6, 64), dtype=np.uint8)
+    lines[workers // 2:, :2] = 0x55  # +1 from half the workers: large sums
     starts, stops = [0, 100, 777, 1500, 3000], [100, 777, 1500, 3000, 3072]
     workspace = lanes.Workspace()
-    counts = gbinary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    counts = gbinary.aggregate(lines, max_workers=max_workers).reshape(-1).astype(int)
     expected = [int(np.abs(2 * counts[a:b] - workers).sum()) for a, b in zip(starts, stops)]
-    planes = lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    planes = lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers)
     for rows in (None, torch.from_numpy(lines)):  # from the planes, or the workers' votes
         got = hooks._agreement_sums(GBINARY, planes, workers, starts, stops, workspace,
                                     rows=rows)
         assert got.tolist() == expected
-    sums = gternary.aggregate(lines, max_workers=16).reshape(-1).astype(int)
+    sums = gternary.aggregate(lines, max_workers=max_workers).reshape(-1).astype(int)
     starts, stops = [0, 50, 700, 1535], [50, 700, 1535, 1536]
-    planes = lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=16)
+    planes = lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers)
     got = hooks._agreement_sums(GTERNARY, planes, workers, starts, stops, workspace)
     assert got.tolist() == [int(np.abs(sums[a:b]).sum()) for a, b in zip(starts, stops)]
 
@@ -354,6 +361,19 @@ def test_sum_of_squares_of_a_large_finite_gradient_is_finite(group):
     _, stats = hook.end_step(0.0)
     assert not stats["backbone"].nonfinite and stats["backbone"].route == GBINARY
     assert stats["backbone"].grad_norm == pytest.approx(8e20)
+
+
+@pytest.mark.parametrize("size", [0, 1, 1000, 3 * hooks._STAT_CHUNK + 17])
+def test_statistics_are_the_float64_sums(group, size):
+    """Chunk by chunk in float32, added up in float64: within 1e-6 of the float64 sums."""
+    hook = hooks.FabricHook(Wide(), routes=GBINARY, regions={"weight": "backbone"})
+    x = torch.from_numpy(np.random.default_rng(size).standard_normal(size).astype(np.float32))
+    x[::7] *= 1e3
+    sumsq, l1 = torch.zeros((), dtype=torch.float64), torch.zeros((), dtype=torch.float64)
+    hook._sums(x, sumsq=sumsq, l1=l1)
+    wide = x.numpy().astype(np.float64)
+    assert float(sumsq) == pytest.approx(float(wide @ wide), rel=1e-6, abs=0)
+    assert float(l1) == pytest.approx(float(np.abs(wide).sum()), rel=1e-6, abs=0)
 
 
 # --------------------------------------------------------------------------- training
