@@ -256,11 +256,15 @@ def test_gternary_fold_and_every_readout_match_golden(data, workers, line_bits, 
 
 @PROPERTY
 @given(data=st.data(), counter_bits=st.integers(1, 7), readout=st.sampled_from(
-    [Readout.GATED, Readout.SUMS]))
-def test_gternary_parse_refuses_what_the_golden_model_refuses(data, counter_bits, readout):
+    [Readout.GATED, Readout.SUMS]), invalid=st.booleans())
+def test_gternary_parse_refuses_what_the_golden_model_refuses(data, counter_bits, readout,
+                                                              invalid):
     per_slot = 1 if readout is Readout.GATED else (counter_bits + 2) // 2
     seed = data.draw(st.integers(0, 2 ** 32 - 1))
     lines = np.random.default_rng(seed).integers(0, 256, (per_slot * 2, 32), dtype=np.uint8)
+    if not invalid:  # 10 (invalid) to 00 in every lane: both must accept and agree
+        high, low = lines & 0xAA, lines & 0x55
+        lines = (low | (high & (low << 1))).astype(np.uint8)
     result = refusals(
         lambda: gternary.decode(lines, readout=readout, n_elements=256, line_bits=256,
                                 counter_bits=counter_bits),
