@@ -117,7 +117,7 @@ def block_proofs():
 
 #: The contract's groups, each checked in a run of its own: the solver proves one group's
 #: properties deeper than all of them at once.
-CONTRACT = ("handshake", "responses", "aggregation", "passthrough")
+CONTRACT = ("handshake", "responses", "aggregation", "passthrough", "registers")
 
 #: Depths of the controller's bounded checks (docs/verification.md, "Formal proofs"): what
 #: the solver reaches within `make formal`'s half hour on two cores.

@@ -15,6 +15,9 @@ it against a transaction-level reference written here, request by request, in or
   are refused and change nothing; READ_CLEAR, CLEAR_SLOTS and window writes empty the slot;
 - *passthrough*: a request no window claims reaches ``o_mem`` unchanged, in order, and a read's
   answer is ``i_mem``'s line, unchanged;
+- *registers*: ERRORS and every event counter but STALL_CYCLES, read once the requests taken
+  have drained through the pipeline, equal the reference's flags and counts of every request
+  since the last reset or clear;
 - *reset*: with reset free to come in any cycle, for as long as no request has been taken
   since the last reset, every error flag and event counter reads 0.
 
@@ -29,20 +32,26 @@ from amaranth.hdl import (Array, Assert, Assume, C, Cat, Cover, Elaboratable, Mo
 from amaranth.asserts import AnyConst, Initial
 
 from ..golden.controller import Op, Status
-from ..golden.formats import READOUTS_BY_ROUTE, Readout, Route, readout_lines_per_slot
+from ..golden.formats import (READOUTS_BY_ROUTE, ROUTE_SPECS, Readout, Route,
+                               readout_lines_per_slot)
 from ..golden.params import ADDR_BITS
-from ..golden.regmap import COUNTERS, window_register
+from ..golden.regmap import COUNTERS, ERROR_FLAGS, TIMING_COUNTERS, window_register
 from ..hw.controller import Controller
+from ..hw.lane_tile import FLAGS_STAGE
 from .blocks import gated_reference, majority_reference
 from .rules import StreamRules, after_reset, free, past, reset_at_start
 
 __all__ = ["ControllerSpec", "CHECKS"]
 
 #: The property groups a :class:`ControllerSpec` can assert.
-CHECKS = ("handshake", "responses", "aggregation", "passthrough", "reset")
+CHECKS = ("handshake", "responses", "aggregation", "passthrough", "registers", "reset")
 
 #: Width of the spec's request and response counts: more than any depth it is checked to.
 COUNT_BITS = 7
+
+#: Cycles after the last request taken by which its flags and counts have reached the
+#: registers: a fold's flags leave the tiles at FLAGS_STAGE and count a cycle later.
+DRAIN = FLAGS_STAGE + 2
 
 
 class ControllerSpec(Elaboratable):
@@ -96,7 +105,8 @@ class ControllerSpec(Elaboratable):
         answered = answered_beat & dut.o_resp.payload.last
         taken_count = Signal(COUNT_BITS)
         answered_count = Signal(COUNT_BITS)
-        m.d.sync += [taken_count.eq(taken_count + taken), answered_count.eq(answered_count + answered)]
+        m.d.sync += [taken_count.eq(taken_count + taken),
+                     answered_count.eq(answered_count + answered)]
         in_flight = taken_count != answered_count
         # No register write while a request is in flight, the cycle it is taken included
         # (docs/design.md, "Configuration while traffic flows").
@@ -147,7 +157,8 @@ class ControllerSpec(Elaboratable):
         # -------------------------------------------------------------- the reference
         slot_index = Signal(range(p.depth))
         m.d.comb += [slot_index.eq(AnyConst(range(p.depth))), Assume(slot_index < p.depth)]
-        bitmap = Signal(p.max_workers)
+        # Which workers wrote each slot: every slot's, so that every status is the reference's.
+        bitmaps = Array(Signal(p.max_workers, name=f"bitmap_{k}") for k in range(p.depth))
         counts = [Signal(range(p.max_workers + 1), name=f"count_{k}") for k in range(2)]
         total = Signal(signed(p.counter_bits + 1))
 
@@ -155,7 +166,8 @@ class ControllerSpec(Elaboratable):
         claimed = enable & window_on & (offset < size)
         readout_ok = Cat((route == r) & Cat(readout == o for o in READOUTS_BY_ROUTE[r]).any()
                          for r in Route).any()
-        config_bad = (size > p.depth) | ~readout_ok | (num_workers < 1) | (num_workers > p.max_workers)
+        config_bad = ((size > p.depth) | ~readout_ok | (num_workers < 1)
+                      | (num_workers > p.max_workers))
         tracked = offset == slot_index
         is_write = request.op == Op.WRITE
         worker_bit = Signal(p.max_workers)
@@ -163,29 +175,34 @@ class ControllerSpec(Elaboratable):
         worker_ok = request.worker < num_workers
         complete_mask = Signal(p.max_workers)
         m.d.comb += complete_mask.eq(Cat(num_workers > i for i in range(p.max_workers)))
-        complete = (bitmap & complete_mask) == complete_mask
-        duplicate = (bitmap & worker_bit).any()
+        slot_bitmap = bitmaps[offset[:len(slot_index)]]    # in range where it matters
+        complete = (slot_bitmap & complete_mask) == complete_mask
+        duplicate = (slot_bitmap & worker_bit).any()
 
         to_memory = ~claimed & (request.op != Op.READ_CLEAR)
         refused_alone = (~claimed & ~to_memory) | (claimed & config_bad) \
             | (claimed & is_write & ~worker_ok)
-        decided = ~claimed | refused_alone | tracked
         status = Signal(Status)
         m.d.comb += status.eq(Mux(refused_alone, Status.BAD_REQUEST,
                               Mux(~claimed, Status.OK,
                               Mux(is_write, Mux(duplicate, Status.DUPLICATE, Status.OK),
                                   Mux(complete, Status.OK, Status.NOT_READY)))))
-        folds = taken & claimed & ~refused_alone & tracked & is_write & ~duplicate
+        accepted = taken & claimed & ~refused_alone & is_write & ~duplicate
         reads_out = claimed & ~refused_alone & ~is_write & complete
-        clears = taken & claimed & ~refused_alone & tracked & (request.op == Op.READ_CLEAR) \
-            & complete
+        emptied = taken & claimed & ~refused_alone & (request.op == Op.READ_CLEAR) & complete
+        folds, clears = accepted & tracked, emptied & tracked
+        for k, slot_bits in enumerate(bitmaps):
+            with m.If(window_written | clear_slots | (emptied & (offset == k))):
+                m.d.sync += slot_bits.eq(0)
+            with m.Elif(accepted & (offset == k)):
+                m.d.sync += slot_bits.eq(slot_bits | worker_bit)
 
         bits = pair_of(request.data)
         code_step = Mux(bits == 0b01, 1, Mux(bits == 0b11, -1, 0))
         with m.If(window_written | clear_slots | clears):
-            m.d.sync += [bitmap.eq(0), counts[0].eq(0), counts[1].eq(0), total.eq(0)]
+            m.d.sync += [counts[0].eq(0), counts[1].eq(0), total.eq(0)]
         with m.Elif(folds):
-            m.d.sync += [bitmap.eq(bitmap | worker_bit), counts[0].eq(counts[0] + bits[0]),
+            m.d.sync += [counts[0].eq(counts[0] + bits[0]),
                          counts[1].eq(counts[1] + bits[1]), total.eq(total + code_step)]
 
         # The lines of the tracked pair in each beat of a readout, from the reference now.
@@ -219,15 +236,15 @@ class ControllerSpec(Elaboratable):
                      reads_taken.eq(reads_taken + (taken & to_memory & ~is_write))]
         tagged = Signal()
         e = {name: Signal(width, name=f"expect_{name}") for name, width in (
-            ("decided", 1), ("status", len(Value.cast(status))), ("lines", len(line_count)),
+            ("tracked", 1), ("status", len(Value.cast(status))), ("lines", len(line_count)),
             ("readout", 1), ("memory_read", 1), ("to_memory", 1), ("write", 1),
             ("memory_index", COUNT_BITS), ("read_index", COUNT_BITS), ("addr", ADDR_BITS),
             ("data", p.line_bits))}
         expected_beats = Array(Signal(2, name=f"expect_beat_{k}") for k in range(most_lines))
         with m.If(taken & (taken_count == tag)):
             m.d.sync += [
-                tagged.eq(1), e["decided"].eq(decided), e["status"].eq(status),
-                e["lines"].eq(Mux(reads_out & decided & ~refused_alone, line_count, 1)),
+                tagged.eq(1), e["tracked"].eq(tracked), e["status"].eq(status),
+                e["lines"].eq(Mux(reads_out, line_count, 1)),
                 e["readout"].eq(reads_out), e["memory_read"].eq(to_memory & ~is_write),
                 e["to_memory"].eq(to_memory), e["write"].eq(is_write),
                 e["memory_index"].eq(memory_taken), e["read_index"].eq(reads_taken),
@@ -247,13 +264,11 @@ class ControllerSpec(Elaboratable):
         with m.If(check["responses"] & answered_beat):
             m.d.comb += Assert(answered_count != taken_count)   # none invented
         with m.If(check["responses"] & is_tagged_response):
-            m.d.comb += Assert(tagged)
-            with m.If(e["decided"]):
-                m.d.comb += [Assert(response.status == e["status"]),
-                             Assert(response.last == (beat == e["lines"] - 1))]
-                with m.If(~e["readout"] & ~e["memory_read"]):
-                    m.d.comb += Assert(response.data == 0)
-        with m.If(check["aggregation"] & is_tagged_response & e["decided"] & e["readout"]):
+            m.d.comb += [Assert(tagged), Assert(response.status == e["status"]),
+                         Assert(response.last == (beat == e["lines"] - 1))]
+            with m.If(~e["readout"] & ~e["memory_read"]):
+                m.d.comb += Assert(response.data == 0)
+        with m.If(check["aggregation"] & is_tagged_response & e["tracked"] & e["readout"]):
             m.d.comb += Assert(pair_of(response.data) == expected_beats[beat])
         # Passthrough: the tagged memory request leaves in its place, unchanged, and a read's
         # answer is the memory's line for it.
@@ -271,6 +286,62 @@ class ControllerSpec(Elaboratable):
                 with m.If(e["write"]):
                     m.d.comb += Assert(dut.o_mem.payload.data == e["data"])
 
+        # -------------------------------------------------------------- flags and counters
+        # The reference's ERRORS and event counts, as the golden model keeps them: each
+        # request counts as it is taken. The controller counts a word some stages later
+        # (a fold's flags at the tiles' flag stage), so ERRORS and the counters are compared
+        # when read after DRAIN cycles with nothing taken, and in the *registers* group the
+        # environment clears them (ERRORS' write-1-to-clear, CLEAR_COUNTERS) only then too.
+        since_taken = Signal(range(DRAIN + 1), init=DRAIN)
+        m.d.sync += since_taken.eq(Mux(taken, 0, Mux(since_taken == DRAIN, DRAIN,
+                                                          since_taken + 1)))
+        drained = (since_taken == DRAIN) & ~taken
+        errors_address = regmap["ERRORS"].address
+        control = regmap["CONTROL"]
+        clear_counters = (csr.w_stb & (csr.addr == control.address)
+                          & csr.w_data[control.field("CLEAR_COUNTERS").offset])
+        clear_errors = csr.w_stb & (csr.addr == errors_address)
+        with m.If(check["registers"]):
+            m.d.comb += Assume(~(clear_counters | clear_errors) | drained)
+
+        bad_config = claimed & config_bad
+        invalid_line = accepted & (route == Route.GTERNARY) & (bits == 0b10)
+        raised = {"INVALID_CODE": invalid_line, "SATURATED": C(0, 1),
+                  "DUPLICATE": claimed & ~refused_alone & is_write & duplicate,
+                  "NOT_READY": claimed & ~refused_alone & ~is_write & ~complete,
+                  "BAD_REQUEST": refused_alone & ~bad_config, "BAD_CONFIG": bad_config}
+        events = {**{spec.lines_counter: accepted & (route == r)
+                     for r, spec in ROUTE_SPECS.items()},
+                  "FP32_LINES": to_memory, "RESPONSES": C(1, 1),
+                  "NOT_READY_COUNT": raised["NOT_READY"], "DUPLICATE_COUNT": raised["DUPLICATE"],
+                  "BAD_REQUEST_COUNT": refused_alone, "INVALID_LINES": invalid_line}
+        expected_reads = {}
+        flags = Signal(len(ERROR_FLAGS), name="expect_errors")
+        cleared_flags = Mux(clear_errors, csr.w_data[:len(ERROR_FLAGS)], 0)
+        m.d.sync += flags.eq((flags & ~cleared_flags)
+                             | Mux(taken, Cat(raised[f] for f in ERROR_FLAGS), 0))
+        expected_reads[errors_address] = flags
+        for name in COUNTERS:
+            if name in TIMING_COUNTERS:
+                continue
+            count = Signal(COUNT_BITS, name=f"expect_{name.lower()}")
+            with m.If(clear_counters):
+                m.d.sync += count.eq(0)
+            with m.Elif(taken & events[name]):
+                m.d.sync += count.eq(count + 1)
+            expected_reads[regmap[name].address] = count
+        expected = C(0, 32)
+        for address, value in expected_reads.items():
+            expected = Mux(csr.addr == address, value, expected)
+        read_checked = csr.r_stb & drained & ~clear_counters & ~clear_errors \
+            & Cat(csr.addr == a for a in expected_reads).any()
+        asked_value = past(m, expected, name="checked_read_value_1")
+        answered_value = past(m, asked_value, name="checked_read_value_2")
+        asked_checked = past(m, read_checked & ~ResetSignal(), name="checked_read_1")
+        answered_checked = past(m, asked_checked & ~ResetSignal(), name="checked_read_2")
+        with m.If(check["registers"] & answered_checked):
+            m.d.comb += Assert(csr.r_data == answered_value)
+
         # -------------------------------------------------------------- reset
         # While no request has been taken since the last reset, every flag and event counter
         # reads 0: nothing taken before the reset shows.
@@ -285,15 +356,20 @@ class ControllerSpec(Elaboratable):
             m.d.comb += Assert(csr.r_data == 0)
 
         # -------------------------------------------------------------- covers
-        readout_beat = is_tagged_response & e["decided"] & e["readout"]
+        readout_beat = is_tagged_response & e["tracked"] & e["readout"]
         m.d.comb += [
             Cover(running & readout_beat & (response.status == Status.OK)
                   & (pair_of(response.data) != 0) & ~response.last),
-            Cover(running & is_tagged_response & e["decided"]
+            Cover(running & is_tagged_response
                   & (response.status == Status.DUPLICATE)),
             Cover(running & is_tagged_response & e["memory_read"]),
             Cover(running & sent & dut.o_mem.payload.write & (pair_of(dut.o_mem.payload.data)
                                                              != 0)),
+        ]
+        m.d.comb += [
+            Cover(running & answered_checked & (answered_value != 0)
+                  & past(m, past(m, csr.addr == errors_address, name="errors_read_1"),
+                         name="errors_read_2")),
         ]
         if self.resets:
             # A reset that came with a request in flight, then a quiet read answered.
