@@ -47,11 +47,11 @@ def planted(bug):
             setattr(module, attribute, shipped)
 
 
-def _folded_kept_through_reset(shipped):
+def _accepted_kept_through_reset(shipped):
     # The control plane's record of which words in flight were accepted writes survives a
     # reset, so it no longer drops the flags of words formed before one.
     def signal(*args, **kwargs):
-        if kwargs.get("name") == "folded":
+        if kwargs.get("name") == "accepted_writes":
             kwargs["reset_less"] = True
         return shipped(*args, **kwargs)
     signal.like = shipped.like
@@ -130,7 +130,7 @@ BUGS = {bug.name: bug for bug in (
                "the control plane's record of accepted writes survives the reset, so the "
                "flags of a word in flight before a one-cycle reset are counted after it",
                {"hw.lane_tile:FLAGS_STAGE": lambda shipped: schedule.WRITE_STAGE,
-                "hw.control_plane:Signal": _folded_kept_through_reset}),
+                "hw.control_plane:Signal": _accepted_kept_through_reset}),
     PlantedBug("tie_rule", "a tie reads as a negative majority (2n >= N)",
                {"hw.sign_count:majority_thresholds": _tie_reads_negative,
                 "hw.control_plane:majority_thresholds": _tie_reads_negative}),

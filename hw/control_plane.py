@@ -722,11 +722,11 @@ class ControlPlane(wiring.Component):
         :data:`~.schedule.FLAGS_STAGE` and count only for an accepted write."""
         fields, s = regs.fields, word.s
         # Which of the words in flight were accepted writes, up to the tiles' FLAGS_STAGE.
-        folded = Signal(FLAGS_STAGE - STATUS_STAGE, name="folded")
-        m.d.sync += folded.eq(Cat(st.accepted_write, folded[:-1]))
+        accepted = Signal(FLAGS_STAGE - STATUS_STAGE, name="accepted_writes")
+        m.d.sync += accepted.eq(Cat(st.accepted_write, accepted[:-1]))
         fold_saturated, fold_invalid = Signal(), Signal()
-        m.d.comb += [fold_saturated.eq(self.saturated & folded[-1]),
-                     fold_invalid.eq(self.invalid & folded[-1])]
+        m.d.comb += [fold_saturated.eq(self.saturated & accepted[-1]),
+                     fold_invalid.eq(self.invalid & accepted[-1])]
         w1 = {name: Signal(name=f"w1_{name}") for name in
               ("request", "asks_duplicate", "duplicate", "not_ready", "to_memory",
                "bad_request")}

@@ -192,10 +192,10 @@ class LaneTile(wiring.Component):
         for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
             w.row_at[stage] = Signal.like(w.read.row, name=f"row_{stage}", reset_less=True)
             m.d.sync += w.row_at[stage].eq(w.row_at[stage - 1])
-        folding = Signal(buffer_layout, name="tile_fold_word_folding", reset_less=True)
-        w.buffer = Signal(buffer_layout, name="tile_fold_word_late", reset_less=True,
+        pushes_folding = Signal(buffer_layout, name="tile_pushes_folding", reset_less=True)
+        w.pushes = Signal(buffer_layout, name="tile_pushes_writing", reset_less=True,
                           attrs=KEEP)
-        m.d.sync += [folding.eq(buffer_fields), w.buffer.eq(folding)]
+        m.d.sync += [pushes_folding.eq(buffer_fields), w.pushes.eq(pushes_folding)]
         late_layout = self.late_word.shape()
         w.late = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
         w.late_at_write = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
@@ -382,15 +382,15 @@ class LaneTile(wiring.Component):
         tile, five levels deep. A zero answer is the ring's to give (its entries keep
         ``quiet``)."""
         g, G, CW, tests = group.index, self.group_lanes, self.counter_bits, group.tests
-        fold = Signal(words.readout_layout, name=f"g{g}_fold_word", reset_less=True,
-                      attrs=KEEP)
-        m.d.sync += fold.eq(words.readout_fields)
+        readout = Signal(words.readout_layout, name=f"g{g}_readout_word", reset_less=True,
+                         attrs=KEEP)
+        m.d.sync += readout.eq(words.readout_fields)
         kept = Signal(G * CW, name=f"g{g}_kept_row", reset_less=True)
         kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
         kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
         kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
         kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
-        with m.If(fold.capture):
+        with m.If(readout.capture):
             m.d.sync += [kept.eq(group.row), kept_sign.eq(_joined(tests, "sign")),
                          kept_tie.eq(_joined(tests, "tie")),
                          kept_plus.eq(_joined(tests, "positive")),
@@ -398,7 +398,7 @@ class LaneTile(wiring.Component):
         lines = group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus, counter_bits=CW)
         keys, shared_bits = code_keys(CW, lines, lanes=G)
         assert keys == code_keys(CW)[0], "a group's line bits choose as the fold word's codes say"
-        code_of_key = dict(zip(keys, split_codes(fold.codes, keys)))
+        code_of_key = dict(zip(keys, split_codes(readout.codes, keys)))
         readout_codes, readout_bits = {}, []
         for line_bit, shared in enumerate(shared_bits):
             copy, key = line_bit // SELECT_BITS, tuple(indices for indices, _ in shared)
@@ -429,13 +429,13 @@ class LaneTile(wiring.Component):
         flags: the group's line bits choose by flags read beside them, not by one LUT RAM
         output reaching the whole tile's output choices."""
         G = self.group_lanes
-        entry_flags = Cat(words.buffer.memory_read, words.late_at_write.quiet)
+        entry_flags = Cat(words.pushes.memory_read, words.late_at_write.quiet)
         response_heads = _ring(m, "responses", depth=self.buffer_depth,
-                               push=live & words.buffer.push_response, pop=self.pop_response,
+                               push=live & words.pushes.push_response, pop=self.pop_response,
                                parts=_response_parts([group.line for group in groups],
                                                      entry_flags, G))
         memory_heads = _ring(m, "requests", depth=self.buffer_depth,
-                             push=live & words.buffer.push_memory, pop=self.pop_memory,
+                             push=live & words.pushes.push_memory, pop=self.pop_memory,
                              parts=[line[WRITE_STAGE][group.index * G:(group.index + 1) * G]
                                     for group in groups])
         head_lines = []
