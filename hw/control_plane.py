@@ -149,7 +149,7 @@ class ControlPlane(wiring.Component):
         bitmap_read = self._bitmap_read(m, word)
         status = self._status(m, regs, word, flight, bitmap_read)
         self._fold_and_late_words(m, regs, word, flight, status)
-        self._send_words(m, word, status)
+        self._send_words(m, word)
         self._write_back(m, word, flight, status)
         at_buffers = self._entries(m, word, status)
         self._buffers(m, at_buffers)
@@ -586,7 +586,7 @@ class ControlPlane(wiring.Component):
                      late_word.quiet.eq(~st.beat_answers & ~st.answers_readout)]
         word.fold_word, word.late_word = fold_word, late_word
 
-    def _send_words(self, m, word, st):
+    def _send_words(self, m, word):
         """The control words' copies, one register each for its own group of tiles, kept
         through synthesis, so that each can sit between the control plane and its tiles."""
         words = {"read_word": (word.read_word, self.read_words),
