@@ -13,7 +13,7 @@ import types
 from amaranth.hdl import C, Elaboratable, Module, Signal
 from amaranth.lib import fifo
 
-from ..hw import lane_tile
+from ..hw import schedule
 
 __all__ = ["PlantedBug", "BUGS", "planted"]
 
@@ -47,11 +47,11 @@ def planted(bug):
             setattr(module, attribute, shipped)
 
 
-def _folded_kept_through_reset(shipped):
+def _accepted_kept_through_reset(shipped):
     # The control plane's record of which words in flight were accepted writes survives a
     # reset, so it no longer drops the flags of words formed before one.
     def signal(*args, **kwargs):
-        if kwargs.get("name") == "folded":
+        if kwargs.get("name") == "accepted_writes":
             kwargs["reset_less"] = True
         return shipped(*args, **kwargs)
     signal.like = shipped.like
@@ -67,8 +67,8 @@ def _tie_reads_negative(shipped):
 
 def _three_ahead_not_forwarded(shipped):
     # A write three words ahead is taken for the block RAM's: its row is read stale.
-    return types.SimpleNamespace(BLOCK_RAM=shipped.BLOCK_RAM, TWO_AHEAD=shipped.TWO_AHEAD,
-                                 THREE_AHEAD=shipped.BLOCK_RAM, FOUR_AHEAD=shipped.FOUR_AHEAD)
+    return {distance: schedule.Source.BLOCK_RAM if distance == 3 else source
+            for distance, source in shipped.items()}
 
 
 def _stored_bitmap_ignored(shipped):
@@ -129,13 +129,13 @@ BUGS = {bug.name: bug for bug in (
     PlantedBug("reset_flags", "the tiles' mask after a reset ends at the write stage, and "
                "the control plane's record of accepted writes survives the reset, so the "
                "flags of a word in flight before a one-cycle reset are counted after it",
-               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: lane_tile.WRITE_STAGE,
-                "hw.control_plane:Signal": _folded_kept_through_reset}),
+               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: schedule.WRITE_STAGE,
+                "hw.control_plane:Signal": _accepted_kept_through_reset}),
     PlantedBug("tie_rule", "a tie reads as a negative majority (2n >= N)",
                {"hw.sign_count:majority_thresholds": _tie_reads_negative,
                 "hw.control_plane:majority_thresholds": _tie_reads_negative}),
     PlantedBug("forward_three_ahead", "a write three words ahead is not forwarded",
-               {"hw.control_plane:Source": _three_ahead_not_forwarded}),
+               {"hw.control_plane:FORWARD_DISTANCES": _three_ahead_not_forwarded}),
     PlantedBug("response_order", "the first two responses (and memory requests) leave "
                "swapped", {"hw.control_plane:fifo": _responses_swapped}),
     PlantedBug("duplicate_check", "the duplicate test never asks the stored bitmap",

@@ -34,6 +34,7 @@ from ..hw.engines import ENGINES
 from ..hw.lane_tile import LaneTile
 from ..hw.layouts import check_engine_line_bits
 from ..hw.passthrough import Fp32Passthrough
+from ..hw.schedule import WORDS, stages
 from .tools import ToolError, tool
 
 __all__ = ["Block", "blocks", "block_factories", "lane_tile_tag", "to_verilog",
@@ -294,13 +295,17 @@ LINT_WAIVERS = {
 
 def manifest_header(params, *, max_reads):
     """The fields every manifest starts with: its version, the parameters, the latency, the
-    tools and the clock."""
+    pipeline's stages (cycles after a request's transfer, :mod:`~neuron_fabric.hw.schedule`),
+    the tools and the clock."""
     return {
         "manifest_version": MANIFEST_VERSION,
         "name": params.name,
         "params": params.as_dict(),
         "max_reads": max_reads,
         "latency_cycles": LATENCY,
+        "pipeline": {"stages": stages(),
+                     "words": {word.name: {"sent": word.sent, "arrives": word.arrives}
+                               for word in WORDS}},
         "tools": tool_versions(),
         "clock": {"clk": "clk", "reset": "rst", "reset_polarity": "high", "reset_kind": "sync"},
     }

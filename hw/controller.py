@@ -7,16 +7,12 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from ..golden.params import FabricParams
 from .control_plane import ControlPlane
-from .lane_tile import WRITE_STAGE, LaneTile
+from .lane_tile import LaneTile
+from .schedule import LATENCY
 from .layouts import CSRBusSignature, mem_request_layout, request_layout, response_layout
 from .passthrough import Fp32Passthrough
 
 __all__ = ["Controller", "LATENCY", "TILE_LANES", "GROUP_LANES"]
-
-#: Cycles from a request's transfer on ``i_req`` to its first response beat on ``o_resp``
-#: when nothing stalls: the tiles write their slices into the buffers at
-#: :data:`~neuron_fabric.hw.lane_tile.WRITE_STAGE`, which answer the next cycle.
-LATENCY = WRITE_STAGE + 1
 
 #: The default line bits per lane tile: a tile's slot row (32 lanes of 5-bit counters at 16
 #: workers) fills five 36-bit block RAMs.

@@ -6,205 +6,34 @@ every slot, the fold of both routes, the forwarding of writes still in flight, i
 of every readout line and its slices of the response and memory-request buffers. Lanes
 never talk to each other, so nothing wide crosses from one tile to the next; the control
 plane (:class:`~neuron_fabric.hw.control_plane.ControlPlane`) tells every tile the same
-thing through four registered control words.
+thing through four registered control words, on the schedule of :mod:`.schedule`.
 """
 
-import functools
 from types import SimpleNamespace
 
-from amaranth.hdl import Cat, Const, Module, Mux, Shape, Signal, Value, unsigned
-from amaranth.lib import data, enum, memory, wiring
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, unsigned
+from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.formats import Readout, Route, check_counter_bits, count_limit, sum_limit
+from ..golden.formats import check_counter_bits, count_limit, sum_limit
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import (check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits,
-                        gate)
-from .lane_logic import (KEEP, joined_equal, joined_greater, kept, kept_compare,
-                         readout_terms, shared_bit_terms, widen)
-from .layouts import (check_hw_max_workers, count_layout, lanes_saturate, max_readout_lines,
-                      in_encoding_order, sum_layout, ternary_code)
-from .sign_count import majority_layout
+from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits, gate
+from .lane_logic import KEEP, joined_equal, joined_greater, kept, kept_compare
+from .layouts import check_hw_max_workers, lanes_saturate, in_encoding_order
+from .schedule import (FLAGS_STAGE, FOLD_STAGE, FOLD_WORD_STAGE, FORWARD_DISTANCES,
+                       READ_WORD_STAGE, WRITE_STAGE, Source, fold_word_layout,
+                       forward_word_layout, late_word_layout, read_word_layout)
+from .tile_row import code_keys, group_lines, row_layout, row_of_sums, split_codes, sums_of_row
 
-__all__ = ["LaneTile", "Source", "read_word_layout", "forward_word_layout", "fold_word_layout",
-           "late_word_layout", "low_threshold", "readout_codes", "readout_code_bits", "plus_test",
-           "most_readout_lines", "LOOP_LAYOUT",
-           "READ_WORD_STAGE", "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE", "FOLD_STAGE",
-           "LATE_WORD_STAGE", "WRITE_STAGE", "FLAGS_STAGE", "SELECT_BITS"]
-
-# The tile's timing, in cycles after a request's transfer on ``i_req`` (cycle 0). The
-# control plane issues each word so that it is in the tile's own register at the stage
-# named, and the request's data line has been delayed to meet it.
-READ_WORD_STAGE = 3     #: the read word is in the tile's register; the slot row is read
-FORWARD_WORD_STAGE = 4  #: the forward word is in the tile's register
-FOLD_WORD_STAGE = 5     #: the fold word is in the tile's register
-FOLD_STAGE = 6          #: the lane groups fold (their copies of the fold word are loaded)
-LATE_WORD_STAGE = 6     #: the late word (what the status decides) is in the tile's register
-WRITE_STAGE = 7         #: the row is written back and the buffers take the tile's slices
-FLAGS_STAGE = 9         #: the fold's flags leave the tile (registered per lane, per group, per tile)
-
-# The block RAM's row passes its output register (READ_WORD_STAGE + 2) and one fabric register
-# before the fold, so no block RAM output sits on the fold's path.
-assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAGE
-# The late word's fields are used at the write-back and the response ring's push (the cycle
-# after the fold), so it can leave the control plane a cycle after the fold word.
-assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
+__all__ = ["LaneTile", "plus_test", "LOOP_LAYOUT", "SELECT_BITS"]
 
 #: Line bits per copy of a readout line's code register.
 SELECT_BITS = 4
 
 #: The fields of the fold loop, copied per pair of line bits.
 LOOP_LAYOUT = data.StructLayout({"from_last": 1, "clear": 1})
-
-
-class Source(enum.Enum, shape=2):
-    """Where a word's row comes from when the block RAM's copy may be stale.
-
-    A word reads its row at :data:`READ_WORD_STAGE` and the block RAM holds a write from
-    the cycle after :data:`WRITE_STAGE`, so the results of writes two, three and four
-    words ahead are still in flight (one word ahead is the fold word's ``from_last``).
-    """
-    BLOCK_RAM = 0
-    TWO_AHEAD = 1
-    THREE_AHEAD = 2
-    FOUR_AHEAD = 3
-
-
-def read_word_layout(rows):
-    """What a tile needs first: the row its block RAM reads."""
-    return data.StructLayout({"row": range(rows)})
-
-
-def forward_word_layout():
-    """Where the row read comes from: the block RAM, or a write still in flight."""
-    # A plain field, not an enum view: Yosys does not see a register's keep through the
-    # view's named alias, and would merge every group's copy.
-    return data.StructLayout({"source": unsigned(Shape.cast(Source).width)})
-
-
-def fold_word_layout(*, max_workers, counter_bits):
-    """What a tile does with the row: fold, clear, read out, buffer.
-
-    Nothing in it waits on the request's status (whether a write is accepted, a slot
-    complete): a word folds or clears its row as if it will be written back, and the late
-    word (:func:`late_word_layout`) says a cycle later whether it is. The readout's
-    thresholds arrive computed (``majority`` from NUM_WORKERS, ``gate_less_one`` from
-    GATE), so no tile repeats that arithmetic; ``low_threshold`` is the one a pair of line
-    bits compares its low ``C`` row bits with, chosen by the readout's route
-    (:func:`low_threshold`). ``codes`` says which kept bit each line bit gives for the
-    readout and beat the word answers (:func:`readout_codes`), worked out once for every
-    tile.
-    """
-    return data.StructLayout({
-        "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
-        "fold_gternary": 1,   # add the line's codes (a write to a G-Ternary window)
-        "fold_any": 1,        # either: the addends' reset, sent so no tile ORs the two
-        "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
-        "from_last": 1,       # the previous word wrote this row: fold its result
-        "capture": 1,         # keep this word's readout (not a later beat)
-        "codes": unsigned(readout_code_bits(counter_bits)),  # the beat's line, coded
-        "majority": majority_layout(max_workers),
-        "gate_less_one": unsigned(counter_bits),
-        "low_threshold": unsigned(counter_bits),
-        "push_response": 1,   # this word answers a beat
-        "memory_read": 1,     # the answer is a memory read's: its line comes from the memory
-        "push_memory": 1,     # this word is a memory request (its line goes downstream)
-    })
-
-
-def low_threshold(readout, majority, gate_less_one):
-    """The threshold a pair of line bits compares its low ``C`` row bits with: the low
-    G-Binary lane's counter is compared with ``N // 2`` (``majority.above``) for a ``SIGN``
-    or ``TERNARY`` readout, the G-Ternary sum's low bits with ``gate_less_one`` for
-    ``GATED``. A readout uses one route's comparisons, so one tree a pair serves both."""
-    width = len(gate_less_one)
-    return Mux(readout == Readout.GATED, gate_less_one, widen(majority.above, width)[:width])
-
-
-def _group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus, *, counter_bits):
-    """``{Readout: [line, ...]}`` of a group of lanes from its kept row and comparisons."""
-    lanes, CW = len(kept_sign), counter_bits
-    gated = Cat(ternary_code(kept_minus[t], kept_plus[t]) for t in range(lanes // 2))
-    return {
-        **ENGINES[Route.GBINARY].lines(kept_sign, ~kept_tie,
-                                       data.View(count_layout(lanes, CW), kept),
-                                       counter_bits=CW),
-        **ENGINES[Route.GTERNARY].lines(gated,
-                                        data.View(sum_layout(lanes, CW), _sums_of_row(kept, CW)),
-                                        counter_bits=CW),
-    }
-
-
-def _group_inputs(lanes, counter_bits):
-    """Fresh signals in the shapes of a group's kept row and comparisons (the arguments of
-    :func:`_group_lines` but ``counter_bits``)."""
-    return (Signal(lanes * counter_bits), Signal(lanes), Signal(lanes), Signal(lanes // 2),
-            Signal(lanes // 2))
-
-
-@functools.cache
-def _sharing(counter_bits, lanes):
-    """For each line bit of a group of ``lanes`` lanes, the lists of the indices of the
-    readout's terms that read one kept bit (:func:`~.lane_logic.shared_bit_terms`), worked
-    out once for each shape on fresh signals: every group's lines are built alike."""
-    inputs = _group_inputs(lanes, counter_bits)
-    terms = readout_terms(Signal(Readout), Signal(1),
-                          _group_lines(*inputs, counter_bits=counter_bits))
-    return tuple(tuple(indices for indices, _ in bit) for bit in shared_bit_terms(terms, inputs))
-
-
-def _readout_terms(readout, beat, *, counter_bits, lines=None, lanes=2):
-    """The readout's terms (:func:`~.lane_logic.readout_terms`) over a group's lines (of
-    ``lanes`` lanes), and the distinct lists of term indices its line bits choose among, in
-    the order they first appear (:func:`_sharing`): ``(terms, shared, keys)``. A group of
-    two lanes stands for any (its lines' pattern repeats every two lanes) where ``lines``
-    is not given."""
-    if lines is None:
-        lines = _group_lines(*_group_inputs(lanes, counter_bits), counter_bits=counter_bits)
-    terms = readout_terms(readout, beat, lines)
-    shared = [[(indices, Value.cast(terms[indices[0]][1])[bit]) for indices in groups]
-              for bit, groups in enumerate(_sharing(counter_bits, lanes))]
-    keys = []
-    for bit in shared:
-        key = tuple(indices for indices, _ in bit)
-        if key not in keys:
-            keys.append(key)
-    return terms, shared, keys
-
-
-def _code_keys(counter_bits, lines=None, lanes=2):
-    """The distinct lists of term indices the line bits of a group (``lines`` of ``lanes``
-    lanes, or any group) choose among (:func:`_readout_terms`); the line bits, each a list
-    of its terms' indices and its kept bit."""
-    _, shared, keys = _readout_terms(Signal(Readout), Signal(1), counter_bits=counter_bits,
-                                     lines=lines, lanes=lanes)
-    return keys, shared
-
-
-def readout_code_bits(counter_bits):
-    """Bits of :func:`readout_codes` at ``counter_bits``."""
-    keys, _ = _code_keys(counter_bits)
-    return sum(code_bits(len(key)) for key in keys)
-
-
-def readout_codes(readout, beat, *, counter_bits):
-    """For each distinct list of kept bits a line bit chooses among (two at any counter
-    width: an even and an odd line bit's), the position of the bit that ``readout``'s line
-    ``beat`` gives, one code after the other; 0 where none does (a zero line). The control
-    plane sends them, so no tile repeats the decoding."""
-    terms, _, keys = _readout_terms(readout, beat, counter_bits=counter_bits)
-    return Cat(_code_of(terms, key, code_bits(len(key))) for key in keys)
-
-
-def late_word_layout():
-    """What the request's status decides, a cycle after the fold word: whether the row the
-    tile folded is written back, and whether the answer is a zero line."""
-    return data.StructLayout({
-        "write_row": 1,       # write the result back (an accepted write, a READ_CLEAR, a sweep)
-        "quiet": 1,           # answer with a zero line (a refusal, a write's answer)
-    })
 
 
 class LaneTile(wiring.Component):
@@ -218,9 +47,9 @@ class LaneTile(wiring.Component):
     fabric register, so the block RAM's output is one register hop from the fold.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
     the read, forward, fold and late words one cycle before their stages (the control plane's
-    registers); the row is read at :data:`READ_WORD_STAGE`, folded at :data:`FOLD_STAGE`
-    and written back, with the readout slice pushed into the response buffer, at
-    :data:`WRITE_STAGE`.
+    registers); the row is read at :data:`~.schedule.READ_WORD_STAGE`, folded at
+    :data:`~.schedule.FOLD_STAGE` and written back, with the readout slice pushed into the
+    response buffer, at :data:`~.schedule.WRITE_STAGE`.
     **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
     plane admits requests only when every buffer has room (credits), so a push never finds
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
@@ -273,7 +102,7 @@ class LaneTile(wiring.Component):
     saturated, invalid : ``Out(1)``
         Registered: a fold three cycles ago saturated a lane, or met an invalid code (the
         lanes' flags are registered, then ORed per group, then per tile), at
-        :data:`FLAGS_STAGE`. A lane folds at most ``max_workers`` writes a slot (one a
+        :data:`~.schedule.FLAGS_STAGE`. A lane folds at most ``max_workers`` writes a slot (one a
         worker), so only counters narrower than the default can saturate; with the default
         width no lane can fill and ``saturated`` is 0.
 
@@ -313,258 +142,302 @@ class LaneTile(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        T, G, CW = self.tile_lanes, self.group_lanes, self.counter_bits
-        row_bits = T * CW
+        line = self._data_line(m)
+        words = self._control_words(m)
+        live = self._settle(m)
+        rows = self._slot_rows(m, words)
+        addends = self._addends(m, line, words)
+        groups = [SimpleNamespace(index=g) for g in range(self.tile_lanes // self.group_lanes)]
+        for group in groups:
+            self._forward(m, group, words, rows)
+            self._fold(m, group, words, rows, addends, line)
+            self._readout(m, group, words)
+        self._flags(m, groups, live)
+        self._buffers(m, groups, words, line, live)
+        return m
 
-        # ------------------------------------------------------------ the data line
-        # Free-running delay: the control plane knows which cycles carry a word.
+    def _data_line(self, m):
+        """The tile's slice of the request line, ``{stage: line}``, a free-running delay from
+        the transfer (cycle 0) to :data:`~.schedule.WRITE_STAGE`: the control plane knows
+        which cycles carry a word."""
         line = {0: self.i_data}
         for stage in range(1, WRITE_STAGE + 1):
-            line[stage] = Signal(T, name=f"line_{stage}", reset_less=True)
+            line[stage] = Signal(self.tile_lanes, name=f"line_{stage}", reset_less=True)
             m.d.sync += line[stage].eq(line[stage - 1])
+        return line
 
-        # ------------------------------------------------------------ control copies
-        read_layout, fold_layout = self.read_word.shape(), self.fold_word.shape()
-        forward_layout = self.forward_word.shape()
-        read_word = Signal(read_layout, name="tile_read_word", reset_less=True, attrs=KEEP)
-        forward_word = Signal(forward_layout, name="tile_forward_word", reset_less=True,
-                              attrs=KEEP)
-        fold_word = Signal(fold_layout, name="tile_fold_word", reset_less=True, attrs=KEEP)
-        m.d.sync += [read_word.eq(self.read_word), forward_word.eq(self.forward_word),
-                     fold_word.eq(self.fold_word)]
-        # The copies nearer the lanes hold only the fields their stage reads: a copy of the
-        # whole word would keep registers that nothing reads.
+    def _control_words(self, m):
+        """The tile's registers of the control words, and the copies that carry their fields
+        on: the row to the write-back, the buffers' fields to the buffers' push (the late
+        word comes a cycle after the fold word: the control plane registers the status before
+        it sends it across the die). The copies nearer the lanes hold only the fields their
+        stage reads: a copy of the whole word would keep registers that nothing reads."""
+        w = SimpleNamespace()
+        w.read = Signal(self.read_word.shape(), name="tile_read_word", reset_less=True,
+                        attrs=KEEP)
+        w.forward = Signal(self.forward_word.shape(), name="tile_forward_word",
+                           reset_less=True, attrs=KEEP)
+        w.fold = Signal(self.fold_word.shape(), name="tile_fold_word", reset_less=True,
+                        attrs=KEEP)
+        m.d.sync += [w.read.eq(self.read_word), w.forward.eq(self.forward_word),
+                     w.fold.eq(self.fold_word)]
         if self.saturates:
-            threshold_layout, threshold_fields = _part(fold_word, "majority", "gate_less_one")
+            w.threshold_layout, w.threshold_fields = _part(w.fold, "majority", "gate_less_one")
         else:
-            threshold_layout, threshold_fields = _pair_thresholds(fold_word, CW)
-        readout_layout, readout_fields = _part(fold_word, "capture", "codes")
-        buffer_layout, buffer_fields = _part(fold_word, "push_response", "push_memory",
+            w.threshold_layout, w.threshold_fields = _pair_thresholds(w.fold, self.counter_bits)
+        w.readout_layout, w.readout_fields = _part(w.fold, "capture", "codes")
+        buffer_layout, buffer_fields = _part(w.fold, "push_response", "push_memory",
                                              "memory_read")
-        row_at = {READ_WORD_STAGE: read_word.row}
+        w.row_at = {READ_WORD_STAGE: w.read.row}
         for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
-            row_at[stage] = Signal.like(read_word.row, name=f"row_{stage}", reset_less=True)
-            m.d.sync += row_at[stage].eq(row_at[stage - 1])
-        # Tile-wide fields at WRITE_STAGE, for the write-back and the buffers. The late word
-        # comes a cycle after the fold word: the control plane registers the status before
-        # it sends it across the die.
-        folding = Signal(buffer_layout, name="tile_fold_word_folding", reset_less=True)
-        late = Signal(buffer_layout, name="tile_fold_word_late", reset_less=True, attrs=KEEP)
-        m.d.sync += [folding.eq(buffer_fields), late.eq(folding)]
+            w.row_at[stage] = Signal.like(w.read.row, name=f"row_{stage}", reset_less=True)
+            m.d.sync += w.row_at[stage].eq(w.row_at[stage - 1])
+        pushes_folding = Signal(buffer_layout, name="tile_pushes_folding", reset_less=True)
+        w.pushes = Signal(buffer_layout, name="tile_pushes_writing", reset_less=True,
+                          attrs=KEEP)
+        m.d.sync += [pushes_folding.eq(buffer_fields), w.pushes.eq(pushes_folding)]
         late_layout = self.late_word.shape()
-        late_word = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
-        late_word_writing = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
-        m.d.sync += [late_word.eq(self.late_word), late_word_writing.eq(late_word)]
+        w.late = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
+        w.late_at_write = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
+        m.d.sync += [w.late.eq(self.late_word), w.late_at_write.eq(w.late)]
+        return w
 
-        # The copies above carry no reset (it would reach every one of them). For the few
-        # cycles a word formed before a reset needs to leave the tile, nothing it does may
-        # count: no buffer push, no flag. A row it writes is harmless, since the clearing
-        # sweep that follows every reset rewrites each slot. The count runs until the last
-        # such word's flags are out: the control plane's fold word clears only at the end of
-        # a reset's first cycle, so after a one-cycle reset the tile still loads the word
-        # formed before it once more, and its flags come out at FLAGS_STAGE.
+    def _settle(self, m):
+        """Whether the words in flight are the tile's to count: 0 for the cycles after a
+        reset that the words formed before it take to leave.
+
+        The copies of the words carry no reset (it would reach every one of them). For the
+        few cycles a word formed before a reset needs to leave the tile, nothing it does may
+        count: no buffer push, no flag. A row it writes is harmless, since the clearing sweep
+        that follows every reset rewrites each slot. The count runs until the last such
+        word's flags are out: the control plane's fold word clears only at the end of a
+        reset's first cycle, so after a one-cycle reset the tile still loads the word formed
+        before it once more, and its flags come out at FLAGS_STAGE."""
         settle = Signal(range(FLAGS_STAGE - FOLD_WORD_STAGE + 2),
                         init=FLAGS_STAGE - FOLD_WORD_STAGE + 1, attrs=KEEP)
         with m.If(settle != 0):
             m.d.sync += settle.eq(settle - 1)
-        live = settle == 0
+        return settle == 0
 
-        # ------------------------------------------------------------ slot rows
-        slots = memory.Memory(shape=unsigned(row_bits), depth=self.rows, init=[])
+    def _slot_rows(self, m, words):
+        """The slot RAM, read at :data:`~.schedule.READ_WORD_STAGE` into its output register
+        and written back at :data:`~.schedule.WRITE_STAGE`, and the fold's results kept for
+        forwarding: ``read`` (the block RAM's row), ``new`` (the fold's result), ``before``
+        and ``before_2`` (the results one and two words earlier), ``chosen`` (the forward
+        choice, a cycle before the fold), each a :func:`~.tile_row.row_layout`."""
+        layout = row_layout(tile_lanes=self.tile_lanes, group_lanes=self.group_lanes,
+                            counter_bits=self.counter_bits)
+        slots = memory.Memory(shape=unsigned(layout.size), depth=self.rows, init=[])
         m.submodules.slots = slots
         slots_rd = slots.read_port()
         slots_wr = slots.write_port()
-        row_read = Signal(row_bits, reset_less=True)       # the block RAM's output register
-        row_new = Signal(row_bits, reset_less=True)        # the fold's result, written back
-        row_before = Signal(row_bits, reset_less=True)     # the result one word earlier
-        row_before_2 = Signal(row_bits, reset_less=True)   # the result two words earlier
-        row_chosen = Signal(row_bits, reset_less=True)     # chosen a cycle before the fold
-        m.d.comb += [slots_rd.addr.eq(row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
-        m.d.sync += [row_read.eq(slots_rd.data), row_before.eq(row_new),
-                     row_before_2.eq(row_before)]
-        m.d.comb += [slots_wr.addr.eq(row_at[WRITE_STAGE]), slots_wr.data.eq(row_new),
-                     slots_wr.en.eq(late_word_writing.write_row)]
+        rows = SimpleNamespace(
+            read=Signal(layout, name="row_read", reset_less=True),
+            new=Signal(layout, name="row_new", reset_less=True),
+            before=Signal(layout, name="row_before", reset_less=True),
+            before_2=Signal(layout, name="row_before_2", reset_less=True),
+            chosen=Signal(layout, name="row_chosen", reset_less=True))
+        m.d.comb += [slots_rd.addr.eq(words.row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
+        m.d.sync += [rows.read.eq(slots_rd.data), rows.before.eq(rows.new),
+                     rows.before_2.eq(rows.before)]
+        m.d.comb += [slots_wr.addr.eq(words.row_at[WRITE_STAGE]), slots_wr.data.eq(rows.new),
+                     slots_wr.en.eq(words.late_at_write.write_row)]
+        # The results in flight, by distance in words (the one a word ahead is the fold
+        # loop's own choice).
+        rows.ahead = {2: rows.new, 3: rows.before, 4: rows.before_2}
+        assert set(rows.ahead) == set(FORWARD_DISTANCES)
+        return rows
 
-        # The line's votes and codes, masked a cycle before the fold: a lane of a route that
-        # does not fold sees a zero vote or code, so neither a fold enable nor the route sits
-        # in the fold loop. A write that is refused folds too; its row is not written back,
-        # and the control plane drops its flags. Where no lane can saturate, each pair of
-        # line bits folds with one adder over its part of the row (see ``_pair_addend``),
-        # whose addend is worked out here; otherwise the engines fold the votes and codes.
-        if self.saturates:
-            adds = None
-            votes = Signal(T, name="votes", reset_less=True)
-            codes = Signal(T, name="codes", reset_less=True)
-            m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
-                         codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
-        else:
-            adds = self._fold_adds(m, line[FOLD_STAGE - 1], fold_word)
+    def _addends(self, m, line, words):
+        """The line's votes and codes, masked a cycle before the fold: a lane of a route that
+        does not fold sees a zero vote or code, so neither a fold enable nor the route sits
+        in the fold loop. A write that is refused folds too; its row is not written back,
+        and the control plane drops its flags. Where no lane can saturate, each pair of line
+        bits folds with one adder over its part of the row (see :func:`_pair_addend`), whose
+        addend is worked out here (:meth:`_fold_adds`); otherwise the engines fold the votes
+        and codes."""
+        if not self.saturates:
+            return self._fold_adds(m, line[FOLD_STAGE - 1], words.fold)
+        T, fold_word = self.tile_lanes, words.fold
+        votes = Signal(T, name="votes", reset_less=True)
+        codes = Signal(T, name="codes", reset_less=True)
+        m.d.sync += [votes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gbinary.replicate(T)),
+                     codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
+        return SimpleNamespace(votes=votes, codes=codes)
 
-        # ------------------------------------------------------------ lane groups
-        # Each group of lanes folds at FOLD_STAGE and keeps the row it read; the next cycle
-        # it reads out the kept row, the beat's line of it. Each stage has its own copy of
-        # the fields it uses.
-        code_keys, _ = _code_keys(CW)
-        group_flags = []
-        response_line = []
-        for g in range(T // G):
-            low, high = g * G * CW, (g + 1) * G * CW
-            forward = Signal(forward_layout, name=f"g{g}_forward_word", reset_less=True,
+    def _forward(self, m, group, words, rows):
+        """Forwarding, at ``FOLD_STAGE - 1``: the group's copy of the forward word chooses
+        between the block RAM's row and the results two, three and four words ahead (one 4:1
+        choice, into a fabric register; two LUT4s a bit with ECP5 cells); the fold then takes
+        the previous word's result or that choice."""
+        g = group.index
+        forward = Signal(words.forward.shape(), name=f"g{g}_forward_word", reset_less=True,
+                         attrs=KEEP)
+        m.d.sync += forward.eq(words.forward)
+        choices = {Source.BLOCK_RAM: rows.read[g]}
+        choices.update({source: rows.ahead[distance][g]
+                        for distance, source in FORWARD_DISTANCES.items()})
+        m.d.sync += rows.chosen[g].eq(choose_of_four(
+            m, select=forward.source, cells=self.cells, name=f"g{g}_forward",
+            choices=[Value.cast(choice) for choice in in_encoding_order(choices)]))
+
+    def _fold(self, m, group, words, rows, addends, line):
+        """The fold, at :data:`~.schedule.FOLD_STAGE`, pair by pair of line bits: the row
+        (the previous word's result or the forward choice) plus the addend, and the readout's
+        comparisons on the sum; then the group's flags, registered before they are ORed.
+
+        The fold loop's controls have a copy per pair of line bits (one G-Ternary lane, two
+        G-Binary lanes), loaded from the tile's register: a handful of loads each. So do the
+        comparisons' thresholds, and each pair has its own comparison trees: they read the
+        fold's sum, and only the pair's own nets should pull their gates away from its carry
+        chain. Sets ``group.row`` (the rows the pairs folded) and ``group.tests``."""
+        g, G, CW = group.index, self.group_lanes, self.counter_bits
+        group.tests = tests = []   # per pair: the readout's comparisons and the lanes' flags
+        row_in = []
+        for pair in range(G // 2):
+            control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
                              attrs=KEEP)
-            fold = Signal(readout_layout, name=f"g{g}_fold_word", reset_less=True, attrs=KEEP)
-            m.d.sync += [forward.eq(forward_word), fold.eq(readout_fields)]
+            thresholds = Signal(words.threshold_layout, name=f"g{g}_p{pair}_thresholds",
+                                reset_less=True, attrs=KEEP)
+            m.d.sync += [control.from_last.eq(words.fold.from_last),
+                         control.clear.eq(words.fold.clear),
+                         thresholds.eq(words.threshold_fields)]
+            last, chosen = rows.new[g][pair].as_value(), rows.chosen[g][pair].as_value()
+            line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
+            if not self.saturates:
+                # One adder, a carry chain, with the 2:1 choice in front of it: the pair's
+                # line bits as two G-Binary lanes or one G-Ternary lane are each just an
+                # addend. A word that is not a write adds 0, so for a readout the sum is the
+                # row it read: the readout keeps and compares the sum.
+                lane = (g * G) // 2 + pair
+                result = choose_and_add(
+                    m, addend=_pair_addend(addends.low[lane], addends.sign[lane],
+                                           addends.high[lane], CW),
+                    from_last=control.from_last, last=last, chosen=chosen, cells=self.cells,
+                    name=f"g{g}_p{pair}_fold")
+                row_in.append(result)
+                tests.append(_pair_tests(m, result, thresholds, CW, f"g{g}_p{pair}",
+                                         cells=self.cells))
+            else:
+                signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
+                tests.append({
+                    "sign": signs.o.payload.sign, "tie": signs.o.payload.tie,
+                    "positive": terns.o.payload.positive,
+                    "negative": terns.o.payload.negative,
+                    "saturated": Cat(signs.o.payload.saturated, terns.o.payload.saturated),
+                    "invalid": terns.o.payload.invalid})
+                row_in.append(Mux(control.from_last, last, chosen))
+                # Each engine changes the row only when its route folds, so the result is
+                # the row with both engines' changes (a G-Ternary row's upper bits stay 0);
+                # the engines hold a lane that is full.
+                counts = signs.o.payload.counts.as_value()
+                sums = terns.o.payload.sums.as_value()
+                result = counts ^ row_of_sums(sums ^ row_in[-1][:CW + 1], CW)
+            # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
+            with m.If(control.clear):
+                m.d.sync += rows.new[g][pair].eq(0)
+            with m.Else():
+                m.d.sync += rows.new[g][pair].eq(result)
+            if self.saturates:
+                m.d.comb += [
+                    signs.i.payload.counts.eq(row_in[-1]),
+                    signs.i.payload.votes.eq(addends.votes[line_bits]),
+                    signs.i.payload.fold.eq(-1),
+                    signs.i.payload.majority.eq(thresholds.majority),
+                    terns.i.payload.sums.eq(sums_of_row(row_in[-1], CW)),
+                    terns.i.payload.codes.eq(addends.codes[line_bits]),
+                    terns.i.payload.fold.eq(-1),
+                    terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
+                ]
+        group.row = Cat(row_in)
 
-            # Forwarding. Cycle FOLD_STAGE - 1 chooses between the block RAM's row and the
-            # results two, three and four words ahead (one 4:1 choice, into a fabric
-            # register; two LUT4s a bit with ECP5 cells); the fold then takes the previous
-            # word's result or that choice.
-            m.d.sync += row_chosen[low:high].eq(choose_of_four(
-                m, select=forward.source, cells=self.cells, name=f"g{g}_forward",
-                choices=in_encoding_order({
-                    Source.BLOCK_RAM: row_read[low:high], Source.TWO_AHEAD: row_new[low:high],
-                    Source.THREE_AHEAD: row_before[low:high],
-                    Source.FOUR_AHEAD: row_before_2[low:high]})))
+        # The lanes' flags are registered before they are ORed, off the fold's path.
+        saturated = Signal(len(_joined(tests, "saturated")), name=f"g{g}_saturated",
+                           reset_less=True)
+        # Invalid codes: the engines test the codes they fold; otherwise the group's tests
+        # were made with the addends, a cycle earlier.
+        invalid_codes = _joined(tests, "invalid") if self.saturates else addends.invalid[g]
+        invalid = Signal(len(invalid_codes), name=f"g{g}_invalid", reset_less=True)
+        m.d.sync += [saturated.eq(_joined(tests, "saturated")), invalid.eq(invalid_codes)]
+        group.flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
+        m.d.sync += group.flags.eq(Cat(saturated.any(), invalid.any()))
 
-            # The fold loop's controls have a copy per pair of line bits (one G-Ternary lane,
-            # two G-Binary lanes), loaded from the tile's register: a handful of loads each.
-            # So do the comparisons' thresholds, and each pair has its own comparison trees:
-            # they read the fold's sum, and only the pair's own nets should pull their gates
-            # away from its carry chain.
-            tests = []   # per pair: the readout's comparisons and the lanes' flags
-            row_in = []
-            for pair in range(G // 2):
-                control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
-                                 attrs=KEEP)
-                thresholds = Signal(threshold_layout, name=f"g{g}_p{pair}_thresholds",
-                                    reset_less=True, attrs=KEEP)
-                m.d.sync += [control.from_last.eq(fold_word.from_last),
-                             control.clear.eq(fold_word.clear),
-                             thresholds.eq(threshold_fields)]
-                bits = slice(low + 2 * CW * pair, low + 2 * CW * (pair + 1))
-                line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
-                if adds is not None:
-                    # One adder, a carry chain, with the 2:1 choice in front of it: the
-                    # pair's line bits as two G-Binary lanes or one G-Ternary lane are each
-                    # just an addend. A word that is not a write adds 0, so for a readout
-                    # the sum is the row it read: the readout keeps and compares the sum.
-                    lane = (g * G) // 2 + pair
-                    result = choose_and_add(
-                        m, addend=_pair_addend(adds.low[lane], adds.sign[lane],
-                                               adds.high[lane], CW),
-                        from_last=control.from_last, last=row_new[bits],
-                        chosen=row_chosen[bits], cells=self.cells,
-                        name=f"g{g}_p{pair}_fold")
-                    row_in.append(result)
-                    tests.append(_pair_tests(m, result, thresholds, CW,
-                                             f"g{g}_p{pair}", cells=self.cells))
-                else:
-                    signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
-                    tests.append({
-                        "sign": signs.o.payload.sign, "tie": signs.o.payload.tie,
-                        "positive": terns.o.payload.positive,
-                        "negative": terns.o.payload.negative,
-                        "saturated": Cat(signs.o.payload.saturated,
-                                         terns.o.payload.saturated),
-                        "invalid": terns.o.payload.invalid})
-                    row_in.append(Mux(control.from_last, row_new[bits], row_chosen[bits]))
-                    # Each engine changes the row only when its route folds, so the result
-                    # is the row with both engines' changes (a G-Ternary row's upper bits
-                    # stay 0); the engines hold a lane that is full.
-                    counts = signs.o.payload.counts.as_value()
-                    sums = terns.o.payload.sums.as_value()
-                    result = counts ^ _row_of_sums(sums ^ row_in[-1][:CW + 1], CW)
-                # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
-                with m.If(control.clear):
-                    m.d.sync += row_new[bits].eq(0)
-                with m.Else():
-                    m.d.sync += row_new[bits].eq(result)
-                if adds is None:
-                    m.d.comb += [
-                        signs.i.payload.counts.eq(row_in[-1]),
-                        signs.i.payload.votes.eq(votes[line_bits]),
-                        signs.i.payload.fold.eq(-1),
-                        signs.i.payload.majority.eq(thresholds.majority),
-                        terns.i.payload.sums.eq(_sums_of_row(row_in[-1], CW)),
-                        terns.i.payload.codes.eq(codes[line_bits]),
-                        terns.i.payload.fold.eq(-1),
-                        terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
-                    ]
-            row_in = Cat(row_in)
+    def _readout(self, m, group, words):
+        """The readout, at ``WRITE_STAGE``: the beat's line of the group's kept row. Sets
+        ``group.line``.
 
-            def joined(field):
-                return Cat(pair_tests[field] for pair_tests in tests)
+        The comparisons with the majority and the gate are made as the row is folded (by the
+        pair's trees of kept gates, or where a lane can fill by the route engines, on the
+        same row) and kept with the row; the next cycle only chooses the beat's line among
+        the kept bits, by a code registered a cycle ahead. The lines that join two
+        comparisons (not a tie, the gated codes) are formed there, off the fold cycle.
 
-            # The lanes' flags are registered before they are ORed, off the fold's path.
-            saturated = Signal(len(joined("saturated")), name=f"g{g}_saturated",
-                               reset_less=True)
-            # Invalid codes: the engines test the codes they fold; otherwise the group's
-            # tests were made with the addends, a cycle earlier.
-            invalid_codes = joined("invalid") if adds is None else adds.invalid[g]
-            invalid = Signal(len(invalid_codes), name=f"g{g}_invalid", reset_less=True)
-            m.d.sync += [saturated.eq(joined("saturated")), invalid.eq(invalid_codes)]
-            flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
-            m.d.sync += flags.eq(Cat(saturated.any(), invalid.any()))
-            group_flags.append(flags)
+        Each line bit chooses among its own distinct kept bits (a G-Ternary sum's bits are
+        counter bits of the same row, so two readouts' lines often read one bit): eight for
+        an even line bit, ten for an odd one at 16 workers. The choice is by a code, the
+        index of the bit the readout and beat ask for, which arrives decoded in the fold word
+        (one code a list of bits) and is registered per SELECT_BITS line bits and per list
+        (kept, or synthesis would merge the copies: one select reaching a whole group's lines
+        cost the most on its first hop). Decoded in each group, the codes took 78 LUT4s a
+        tile, five levels deep. A zero answer is the ring's to give (its entries keep
+        ``quiet``)."""
+        g, G, CW, tests = group.index, self.group_lanes, self.counter_bits, group.tests
+        readout = Signal(words.readout_layout, name=f"g{g}_readout_word", reset_less=True,
+                         attrs=KEEP)
+        m.d.sync += readout.eq(words.readout_fields)
+        kept = Signal(G * CW, name=f"g{g}_kept_row", reset_less=True)
+        kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
+        kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
+        kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
+        kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
+        with m.If(readout.capture):
+            m.d.sync += [kept.eq(group.row), kept_sign.eq(_joined(tests, "sign")),
+                         kept_tie.eq(_joined(tests, "tie")),
+                         kept_plus.eq(_joined(tests, "positive")),
+                         kept_minus.eq(_joined(tests, "negative"))]
+        lines = group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus, counter_bits=CW)
+        keys, shared_bits = code_keys(CW, lines, lanes=G)
+        assert keys == code_keys(CW)[0], "a group's line bits choose as the fold word's codes say"
+        code_of_key = dict(zip(keys, split_codes(readout.codes, keys)))
+        readout_codes, readout_bits = {}, []
+        for line_bit, shared in enumerate(shared_bits):
+            copy, key = line_bit // SELECT_BITS, tuple(indices for indices, _ in shared)
+            if (copy, key) not in readout_codes:
+                number = sum(1 for c, _ in readout_codes if c == copy)
+                readout_codes[copy, key] = code = Signal(
+                    code_bits(len(key)), name=f"g{g}_code{copy}_{number}",
+                    reset_less=True, attrs=KEEP)
+                m.d.sync += code.eq(code_of_key[key])
+            readout_bits.append(choose_by_code(
+                m, code=readout_codes[copy, key], sources=[bit for _, bit in shared],
+                cells=self.cells, name=f"g{g}_line_{line_bit}"))
+        group.line = Cat(readout_bits)
 
-            # Readout: the comparisons with the majority and the gate are made as the row
-            # is folded (by the pair's trees of kept gates, or where a lane can fill by the
-            # route engines, on the same row) and kept with the row; the next cycle only
-            # chooses the beat's line among the kept bits, by a code registered a cycle
-            # ahead. The lines that join two comparisons (not a tie, the gated codes) are
-            # formed there, off the fold cycle.
-            kept = Signal(high - low, name=f"g{g}_kept_row", reset_less=True)
-            kept_sign = Signal(G, name=f"g{g}_kept_sign", reset_less=True)
-            kept_tie = Signal(G, name=f"g{g}_kept_tie", reset_less=True)
-            kept_plus = Signal(G // 2, name=f"g{g}_kept_plus", reset_less=True)
-            kept_minus = Signal(G // 2, name=f"g{g}_kept_minus", reset_less=True)
-            with m.If(fold.capture):
-                m.d.sync += [kept.eq(row_in), kept_sign.eq(joined("sign")),
-                             kept_tie.eq(joined("tie")), kept_plus.eq(joined("positive")),
-                             kept_minus.eq(joined("negative"))]
-            lines = _group_lines(kept, kept_sign, kept_tie, kept_plus, kept_minus,
-                                 counter_bits=CW)
-            # Each line bit chooses among its own distinct kept bits (a G-Ternary sum's bits
-            # are counter bits of the same row, so two readouts' lines often read one bit):
-            # eight for an even line bit, ten for an odd one at 16 workers. The choice is by
-            # a code, the index of the bit the readout and beat ask for, which arrives
-            # decoded in the fold word (one code a list of bits) and is registered per
-            # SELECT_BITS line bits and per list (kept, or synthesis would merge the copies:
-            # one select reaching a whole group's lines cost the most on its first hop).
-            # Decoded in each group, the codes took 78 LUT4s a tile, five levels deep. A
-            # zero answer is the ring's to give (its entries keep ``quiet``).
-            keys, shared_bits = _code_keys(CW, lines, lanes=G)
-            assert keys == code_keys, "a group's line bits choose as the fold word's codes say"
-            code_of_key = dict(zip(keys, _split_codes(fold.codes, keys)))
-            readout_codes, readout_bits = {}, []
-            for line_bit, shared in enumerate(shared_bits):
-                copy, key = line_bit // SELECT_BITS, tuple(indices for indices, _ in shared)
-                if (copy, key) not in readout_codes:
-                    number = sum(1 for c, _ in readout_codes if c == copy)
-                    readout_codes[copy, key] = code = Signal(
-                        code_bits(len(key)), name=f"g{g}_code{copy}_{number}",
-                        reset_less=True, attrs=KEEP)
-                    m.d.sync += code.eq(code_of_key[key])
-                readout_bits.append(choose_by_code(
-                    m, code=readout_codes[copy, key], sources=[bit for _, bit in shared],
-                    cells=self.cells, name=f"g{g}_line_{line_bit}"))
-            response_line.append(Cat(readout_bits))
-        m.d.sync += [self.saturated.eq(live & Cat(f[0] for f in group_flags).any()),
-                     self.invalid.eq(live & Cat(f[1] for f in group_flags).any())]
+    def _flags(self, m, groups, live):
+        """The tile's flags at :data:`~.schedule.FLAGS_STAGE`: the groups' registered flags,
+        ORed, once the words formed before a reset have left."""
+        m.d.sync += [self.saturated.eq(live & Cat(group.flags[0] for group in groups).any()),
+                     self.invalid.eq(live & Cat(group.flags[1] for group in groups).any())]
 
-        # ------------------------------------------------------------ buffers
-        # Each response entry keeps whether it is a memory read's and whether it is a zero
-        # line, so the choice of the head's line is made here (a LUT4 a bit), not by a net
-        # reaching every tile. Every group's slice of the entry holds its own copy of the
-        # two flags: the group's line bits choose by flags read beside them, not by one
-        # LUT RAM output reaching the whole tile's output choices.
-        entry_flags = Cat(late.memory_read, late_word_writing.quiet)
+    def _buffers(self, m, groups, words, line, live):
+        """The tile's slices of the response and memory-request buffers, pushed at
+        :data:`~.schedule.WRITE_STAGE`, and the slices at their heads on the outputs.
+
+        Each response entry keeps whether it is a memory read's and whether it is a zero
+        line, so the choice of the head's line is made here (a LUT4 a bit), not by a net
+        reaching every tile. Every group's slice of the entry holds its own copy of the two
+        flags: the group's line bits choose by flags read beside them, not by one LUT RAM
+        output reaching the whole tile's output choices."""
+        G = self.group_lanes
+        entry_flags = Cat(words.pushes.memory_read, words.late_at_write.quiet)
         response_heads = _ring(m, "responses", depth=self.buffer_depth,
-                               push=live & late.push_response, pop=self.pop_response,
-                               parts=_response_parts(response_line, entry_flags, G))
+                               push=live & words.pushes.push_response, pop=self.pop_response,
+                               parts=_response_parts([group.line for group in groups],
+                                                     entry_flags, G))
         memory_heads = _ring(m, "requests", depth=self.buffer_depth,
-                             push=live & late.push_memory, pop=self.pop_memory,
-                             parts=[line[WRITE_STAGE][g * G:(g + 1) * G]
-                                    for g in range(T // G)])
+                             push=live & words.pushes.push_memory, pop=self.pop_memory,
+                             parts=[line[WRITE_STAGE][group.index * G:(group.index + 1) * G]
+                                    for group in groups])
         head_lines = []
         for g, (group_line, flags) in enumerate(_response_slices(response_heads, G)):
             head_lines.append(Mux(flags.from_memory, self.i_mem_data[g * G:(g + 1) * G],
@@ -573,7 +446,6 @@ class LaneTile(wiring.Component):
             self.o_response.eq(Cat(head_lines)),
             self.o_memory.eq(Cat(memory_heads)),
         ]
-        return m
 
     @property
     def saturates(self):
@@ -776,24 +648,6 @@ def _pair_tests(m, row, thresholds, counter_bits, name, *, cells=None):
     }
 
 
-def _split_codes(codes, keys):
-    """The codes of ``keys``, in order, from their concatenation ``codes``."""
-    parts, low = [], 0
-    for key in keys:
-        parts.append(codes[low:low + code_bits(len(key))])
-        low += code_bits(len(key))
-    return parts
-
-
-def _code_of(terms, key, width):
-    """The code of a line bit whose distinct bits ``key`` lists (the indices of the terms
-    that read each, :func:`~.lane_logic.shared_bit_terms`): the position of the bit whose
-    term's select (one-hot, from ``terms``) is set; 0 where none is."""
-    return Cat(Cat(terms[index][0] for position, indices in enumerate(key)
-                   if position >> bit & 1 for index in indices).any()
-               for bit in range(width))
-
-
 def _part(word, *names):
     """``(layout, value)``: the struct layout of the fields ``names`` of ``word`` (a struct
     view), in that order, and those fields' bits as one value of that layout."""
@@ -801,9 +655,9 @@ def _part(word, *names):
     return layout, Cat(Value.cast(word[name]) for name in names)
 
 
-def most_readout_lines(counter_bits):
-    """The longest readout of either route, in lines: how many lines a tile keeps."""
-    return max(max_readout_lines(route, counter_bits=counter_bits) for route in Route)
+def _joined(tests, field):
+    """One field of every pair's tests (:func:`_pair_tests`), joined in line order."""
+    return Cat(pair_tests[field] for pair_tests in tests)
 
 
 def _check_even(name, value):
@@ -825,19 +679,3 @@ def _pair_addend(low, sign, high, counter_bits):
     C = counter_bits
     return Cat(low, sign.replicate(C - 1), high, sign.replicate(C - 1))
 
-
-def _sums_of_row(row, counter_bits):
-    """The G-Ternary sums in a row slice: lane ``t`` at bits ``[2t*C, 2t*C + C + 1)``.
-
-    A sum sits where the G-Binary counters of its two line bits do, so a line bit's data,
-    its lane's state and its readout bits share one part of the tile whichever the route.
-    """
-    C = counter_bits
-    return Cat(row[2 * C * t:2 * C * t + C + 1] for t in range(len(row) // (2 * C)))
-
-
-def _row_of_sums(sums, counter_bits):
-    """The row slice holding ``sums`` (the inverse of :func:`_sums_of_row`, zero elsewhere)."""
-    C = counter_bits
-    return Cat(Cat(sums[t * (C + 1):(t + 1) * (C + 1)], Const(0, C - 1))
-               for t in range(len(sums) // (C + 1)))

@@ -109,9 +109,6 @@ struct Random {
 
 struct Field { int offset, width; };
 
-// Longer than the top's pipeline (at most 8 cycles from request to memory request).
-constexpr int kDrainCycles = 16;
-
 struct PendingRead { uint64_t due; std::string data; };
 
 struct Harness {
@@ -123,6 +120,8 @@ struct Harness {
     Field resp_status{}, resp_last{}, resp_data{};
     Field mem_write{}, mem_addr{}, mem_data{};
     double idle = 0, backpressure = 0, mem_backpressure = 0;
+    // Quiet cycles that end a batch: longer than the top's pipeline (nf_pipeline).
+    int drain_cycles = 0;
     int latency_low = 1, latency_high = 1;
     uint64_t cycles = 0;
     std::unordered_map<uint32_t, std::string> memory;
@@ -188,6 +187,12 @@ void nf_layout(void* handle, int line_bits, const int32_t* fields) {
                       &h->resp_status, &h->resp_last, &h->resp_data,
                       &h->mem_write, &h->mem_addr, &h->mem_data};
     for (int i = 0; i < 10; ++i) *order[i] = Field{fields[2 * i], fields[2 * i + 1]};
+}
+
+// The top's pipeline, from the manifest: the stage at which a request's response and memory
+// request reach the outputs (cycles after its transfer).
+void nf_pipeline(void* handle, int response_stage) {
+    static_cast<Harness*>(handle)->drain_cycles = 2 * response_stage;
 }
 
 void nf_timing(void* handle, double idle, double backpressure, double mem_backpressure,
@@ -299,7 +304,7 @@ int nf_play(void* handle, int64_t n, const uint8_t* op, const uint32_t* addr,
     h->quiet_inputs();
 
     while (true) {
-        if (next == n && tail > kDrainCycles) break;
+        if (next == n && tail > h->drain_cycles) break;
         if (reset_after > 0 && next == n && !offering) break;
 
         // ---- drive, clock low

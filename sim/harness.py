@@ -221,6 +221,7 @@ def _bind(library):
         "nf_create": ([ctypes.c_uint64], handle),
         "nf_destroy": ([handle], None),
         "nf_layout": ([handle, ctypes.c_int, ctypes.POINTER(ctypes.c_int32)], None),
+        "nf_pipeline": ([handle, ctypes.c_int], None),
         "nf_timing": ([handle, ctypes.c_double, ctypes.c_double, ctypes.c_double, ctypes.c_int,
                        ctypes.c_int], None),
         "nf_cycles": ([handle], ctypes.c_uint64),
@@ -285,6 +286,7 @@ class Harness:
                  memory["write"], memory["addr"], memory["data"]]
         fields = (ctypes.c_int32 * 20)(*[value for pair in order for value in pair])
         self._lib.nf_layout(self._handle, p.line_bits, fields)
+        self._lib.nf_pipeline(self._handle, self.manifest.data["pipeline"]["stages"]["response"])
         self.set_timing(timing)
         self._max_lines = _max_response_lines(p)
         self.reset()

@@ -57,7 +57,7 @@ def read_fold_bug_verilog(small_verilog, tmp_path_factory):
     import shutil
 
     from neuron_fabric.golden.params import PRESETS
-    from neuron_fabric.hw.lane_tile import fold_word_layout
+    from neuron_fabric.hw.schedule import fold_word_layout
 
     p = PRESETS["small"]
     folder = tmp_path_factory.mktemp("read_fold_bug") / p.name

@@ -13,7 +13,7 @@ from neuron_fabric.golden.params import FabricParams
 from neuron_fabric.golden.regmap import register_map
 from neuron_fabric.hw.control_plane import ControlPlane
 from neuron_fabric.hw.engines import ENGINES, engine
-from neuron_fabric.hw.lane_tile import Source
+from neuron_fabric.hw.schedule import Source
 from neuron_fabric.hw.layouts import (encoded, in_encoding_order, lane_layout, request_layout,
                                       response_layout, ternary_code)
 from neuron_fabric.golden import gternary

@@ -1333,7 +1333,7 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
     for word in ("forward_word", "fold_word", "late_word"):
         selections[f"{word}_tiles"] = f"w:*.tile_{word} {drivers}"
         expected[f"{word}_tiles"] = tiles
-    for word in ("forward_word", "fold_word"):
+    for word in ("forward_word", "readout_word"):
         selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
         expected[f"{word}_groups"] = groups
     # Nearer the lanes: the fold loop's fields and the comparisons' thresholds per pair of

@@ -209,7 +209,7 @@ def test_a_code_over_shared_terms_reads_like_select_line():
     bits) read through each bit's distinct terms, chosen by a code made from the one-hot
     selects (the tile's ``_code_of`` and ``choose_by_code``), bit for bit as ``select_line``
     reads them. (A zero line, no select set, is the response ring's to give.)"""
-    from neuron_fabric.hw.lane_tile import _code_of
+    from neuron_fabric.hw.tile_row import code_of as _code_of
     from neuron_fabric.hw.row_cells import choose_by_code, code_bits
 
     m = Module()

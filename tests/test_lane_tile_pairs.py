@@ -12,7 +12,7 @@ from amaranth.sim import Simulator
 
 from neuron_fabric.golden import gbinary, gternary
 from neuron_fabric.golden.formats import Readout
-from neuron_fabric.hw import lane_tile
+from neuron_fabric.hw import lane_tile, schedule
 from neuron_fabric.hw.sign_count import majority_thresholds
 from neuron_fabric.hw.ternary_gate import gate_less_one
 
@@ -24,13 +24,13 @@ def _pair_bench():
     m = Module()
     ports = {"row": Signal(2 * COUNTER_BITS), "readout": Signal(Readout),
              "num_workers": Signal(range(MAX_WORKERS + 1)), "gate": Signal(8)}
-    word = Signal(lane_tile.fold_word_layout(max_workers=MAX_WORKERS,
+    word = Signal(schedule.fold_word_layout(max_workers=MAX_WORKERS,
                                              counter_bits=COUNTER_BITS))
     threshold = gate_less_one(ports["gate"], counter_bits=COUNTER_BITS)
     m.d.comb += [word.majority.eq(majority_thresholds(ports["num_workers"],
                                                       max_workers=MAX_WORKERS)),
                  word.gate_less_one.eq(threshold),
-                 word.low_threshold.eq(lane_tile.low_threshold(ports["readout"], word.majority,
+                 word.low_threshold.eq(schedule.low_threshold(ports["readout"], word.majority,
                                                                threshold))]
     layout, fields = lane_tile._pair_thresholds(word, COUNTER_BITS)
     thresholds = Signal(layout)
