@@ -47,6 +47,10 @@ class AxiController(wiring.Component):
     tile_lanes, max_reads, buffer_depth, cells
         As for :class:`~.controller.Controller`; ``max_reads`` also bounds the reads the
         memory port has in flight, and as many writes wait for B.
+    max_requests : int or None
+        Requests the data port leaves unanswered at most (its tag FIFO); by default the
+        power of two that covers the controller's latency and the port's registers, so that
+        one request a clock flows.
 
     Raises
     ------
@@ -55,7 +59,8 @@ class AxiController(wiring.Component):
     """
 
     def __init__(self, *, params=None, id_width=4, worker_from=WorkerFrom.ADDRESS,
-                 tile_lanes=TILE_LANES, max_reads=16, buffer_depth=16, cells=None):
+                 tile_lanes=TILE_LANES, max_reads=16, buffer_depth=16, cells=None,
+                 max_requests=None):
         params = FabricParams() if params is None else params
         self._controller = Controller(params=params, tile_lanes=tile_lanes, max_reads=max_reads,
                                       buffer_depth=buffer_depth, cells=cells)
@@ -64,9 +69,11 @@ class AxiController(wiring.Component):
         # its head tag and its R stage busy; beyond that, responses are waiting to leave
         # and the next request may wait too.
         in_flight = LATENCY + 3
+        if max_requests is None:
+            max_requests = 1 << (in_flight - 1).bit_length()
         self._adapters = {
             "data_port": AxiDataPort(params=params, id_width=id_width, worker_from=worker_from,
-                                     max_requests=1 << (in_flight - 1).bit_length()),
+                                     max_requests=max_requests),
             "memory_port": AxiMemoryPort(line_bits=params.line_bits, max_writes=max_reads,
                                          max_reads=max_reads),
             "registers": AxiLiteRegisters(regmap=self.regmap),
