@@ -1,6 +1,6 @@
 """A two-entry stream buffer that ends every path at a register, both ways."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Array, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -8,15 +8,17 @@ __all__ = ["SkidBuffer"]
 
 
 class SkidBuffer(wiring.Component):
-    """A stream stage whose output (``valid`` and ``payload``) and input ``ready`` are
-    flip-flops: no path through logic crosses it in either direction.
+    """A stream stage whose output ``valid`` and input ``ready`` are flip-flops: no path
+    through logic crosses it from one side's handshake to the other's.
 
-    The output register takes the input while the output is empty or taken; a transfer that
-    comes while the output waits goes into a second entry (the skid), and the input is not
-    ready while that entry is full.
+    Two entries, written in turn while one is free, read in turn; the output's payload is
+    the entry the read pointer names. So the output's ``ready`` reaches the pointer and the
+    two flags (three flip-flops), never the payload's flip-flops, and the input's payload
+    is written by flip-flops' enables that only the input side and the flags drive.
 
     **Throughput**: one transfer a clock. **Latency**: 1 cycle. **Backpressure**: the input
-    waits while both entries are full; the cost is a register and a 2:1 choice a payload bit.
+    waits while both entries are full. The cost is two registers and a 2:1 choice a payload
+    bit.
 
     Parameters
     ----------
@@ -34,13 +36,20 @@ class SkidBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        skid = Signal.like(self.i.payload)
-        skid_valid = Signal()
-        m.d.comb += self.i.ready.eq(~skid_valid)
-        with m.If(~self.o.valid | self.o.ready):
-            m.d.sync += [self.o.valid.eq(skid_valid | self.i.valid),
-                         self.o.payload.eq(Mux(skid_valid, skid, self.i.payload)),
-                         skid_valid.eq(0)]
-        with m.Elif(self.i.valid & ~skid_valid):
-            m.d.sync += [skid.eq(self.i.payload), skid_valid.eq(1)]
+        entries = Array(Signal.like(self.i.payload, name=f"entry_{k}") for k in range(2))
+        write, read = Signal(), Signal()        # the entry written next, read next
+        full = Signal()
+        push = self.i.valid & self.i.ready
+        pop = self.o.valid & self.o.ready
+        m.d.comb += [self.i.ready.eq(~full),
+                     self.o.payload.eq(Mux(read, entries[1], entries[0]))]
+        with m.If(push):
+            m.d.sync += [entries[write].eq(self.i.payload), write.eq(~write)]
+        with m.If(pop):
+            m.d.sync += read.eq(~read)
+        # Both flags are registers: the count after this cycle's transfers.
+        with m.If(push & ~pop):
+            m.d.sync += [self.o.valid.eq(1), full.eq(self.o.valid)]
+        with m.Elif(pop & ~push):
+            m.d.sync += [full.eq(0), self.o.valid.eq(full)]
         return m
