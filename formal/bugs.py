@@ -13,7 +13,7 @@ import types
 from amaranth.hdl import C, Elaboratable, Module, Signal
 from amaranth.lib import fifo
 
-from ..hw import schedule
+from ..hw import axi_data_port, schedule
 
 __all__ = ["PlantedBug", "BUGS", "planted"]
 
@@ -114,6 +114,29 @@ def _responses_swapped(shipped):
     return types.SimpleNamespace(SyncFIFOBuffered=_SwappingFIFO)
 
 
+class _EveryItemLast(Elaboratable):
+    """The AXI data port's tag buffer, with every tag marked as its burst's last."""
+
+    def __init__(self, *, width, depth):
+        self._inner = fifo.SyncFIFOBuffered(width=width, depth=depth)
+        self.w_en, self.w_data, self.r_en = Signal(), Signal(width), Signal()
+        self.r_data, self.r_rdy = self._inner.r_data, self._inner.r_rdy
+        self.w_rdy, self.level = self._inner.w_rdy, self._inner.level
+        id_width = width - axi_data_port.tag_layout(id_width=0).size
+        self._last = 1 << axi_data_port.tag_layout(id_width=id_width)["last"].offset
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.inner = inner = self._inner
+        m.d.comb += [inner.w_en.eq(self.w_en), inner.w_data.eq(self.w_data | self._last),
+                     inner.r_en.eq(self.r_en)]
+        return m
+
+
+def _every_item_last(shipped):
+    return _EveryItemLast
+
+
 def _bit_flipped(shipped):
     class FlippingPassthrough(shipped):
         """Flips one bit of the memory's read data on its way up."""
@@ -140,6 +163,9 @@ BUGS = {bug.name: bug for bug in (
                "swapped", {"hw.control_plane:fifo": _responses_swapped}),
     PlantedBug("duplicate_check", "the duplicate test never asks the stored bitmap",
                {"hw.control_plane:kept": _stored_bitmap_ignored}),
+    PlantedBug("item_last", "the AXI data port takes every item for its burst's last: a "
+               "B for each W beat, RLAST on every R beat",
+               {"hw.axi_data_port:SyncFIFOBuffered": _every_item_last}),
     PlantedBug("passthrough_bit", "bit 5 of the memory's read data is flipped",
                {"hw.controller:Fp32Passthrough": _bit_flipped,
                 "formal.blocks:Fp32Passthrough": _bit_flipped}),

@@ -9,14 +9,16 @@ from ..golden.formats import count_limit
 from ..golden.params import PRESETS, FabricParams
 from ..golden.regmap import register_map
 from ..hw import sign_count, ternary_gate
+from ..hw.axi_controller import AxiController
 from ..hw.controller import TILE_LANES, Controller
 from ..hw.passthrough import Fp32Passthrough
+from .axi import AXI_OUTPUTS, AxiSpec
 from .blocks import CSRSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
 from .controller import ControllerSpec
 from .runner import Proof
 
-__all__ = ["block_proofs", "controller_proofs", "bug_proofs", "all_proofs", "ProofParams",
-           "PROOF_PARAMS"]
+__all__ = ["block_proofs", "controller_proofs", "axi_proofs", "bug_proofs", "all_proofs",
+           "ProofParams", "PROOF_PARAMS"]
 
 class ProofParams(FabricParams):
     """A :class:`FabricParams` whose line may be narrower than a CXL line: a multiple of 8
@@ -168,6 +170,39 @@ def controller_proofs():
     return proofs
 
 
+#: The AXI top for its channel rules: the controller's proof configuration behind the
+#: adapters, with 2-bit AXI IDs and four requests unanswered at most.
+AXI_CONFIG = f"{PROOF_CONFIG}, 2-bit AXI IDs, 4 tags"
+#: Depth of the AXI channel rules' bounded check: refused bursts are answered within it
+#: (B and RLAST by step 6); step 11 took the solver more than half an hour.
+AXI_DEPTH = 11
+#: Depth of their covers: a two-beat write burst's B through the memory at step 13, a
+#: two-beat read burst's last beat at step 15.
+AXI_COVER_DEPTH = 16
+
+
+def _axi_top():
+    return AxiController(params=PROOF_PARAMS, id_width=2, tile_lanes=PROOF_TILE_LANES,
+                         max_reads=2, buffer_depth=4, max_requests=4)
+
+
+def _axi_spec():
+    return AxiSpec(top=_axi_top())
+
+
+def axi_proofs():
+    """The AXI top's channel rules, bounded, with their covers and the netlist check."""
+    valid_ready = tuple((f"{prefix}_{channel}ready", f"{prefix}_{channel}valid")
+                        for prefix, channel in AXI_OUTPUTS)
+    return [
+        Proof("axi_valid_ignores_ready", "axi channels", AXI_CONFIG, "netlist", 0, _axi_top,
+              quick=True, streams=valid_ready),
+        Proof("axi_channels", "axi channels", AXI_CONFIG, "bmc", AXI_DEPTH, _axi_spec),
+        Proof("axi_channels_cover", "axi channels", AXI_CONFIG, "cover", AXI_COVER_DEPTH,
+              _axi_spec),
+    ]
+
+
 def bug_proofs():
     """Each planted bug under the proof that catches it: each must fail."""
     sign = PRESETS["small"]
@@ -195,9 +230,11 @@ def bug_proofs():
     proofs += [Proof(f"bug_{bug}", "planted bugs", f"{DEEP_CONFIG}; {group}", "bmc",
                      RESET_DEPTH if group == "reset" else CONTRACT_DEPTH, spec, bug=bug)
                for bug, (group, spec) in on_top.items()]
+    proofs.append(Proof("bug_item_last", "planted bugs", f"{AXI_CONFIG}; axi channels", "bmc",
+                        AXI_DEPTH, _axi_spec, bug="item_last"))
     return proofs
 
 
 def all_proofs():
     """Every proof, in the order the report lists them."""
-    return block_proofs() + controller_proofs() + bug_proofs()
+    return block_proofs() + controller_proofs() + axi_proofs() + bug_proofs()

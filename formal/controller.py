@@ -37,7 +37,7 @@ from ..golden.formats import (READOUTS_BY_ROUTE, ROUTE_SPECS, Readout, Route,
 from ..golden.params import ADDR_BITS
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, TIMING_COUNTERS, window_register
 from ..hw.controller import Controller
-from ..hw.lane_tile import FLAGS_STAGE
+from ..hw.schedule import FLAGS_STAGE
 from .blocks import gated_reference, majority_reference
 from .rules import StreamRules, after_reset, free, past, reset_at_start
 

@@ -168,11 +168,14 @@ def prepare_proof(proof, folder):
 
 def netlist_script(streams):
     """A Yosys script that fails when a logic path leads from ``<stream>__ready`` to
-    ``<stream>__valid`` for any of ``streams``: a valid that waits on its ready."""
+    ``<stream>__valid`` for any of ``streams``: a valid that waits on its ready. A stream
+    may also be a pair ``(ready, valid)`` of wire names (an AXI channel's ``s_axi_bready``,
+    ``s_axi_bvalid``)."""
     lines = ["read_rtlil design.il", "hierarchy -top top", "proc", "flatten", "opt_clean"]
     for stream in streams:
-        lines.append(f"select -assert-none w:{stream}__ready %co*:-{_STATE_CELLS} "
-                     f"w:{stream}__valid %i")
+        ready, valid = (f"{stream}__ready", f"{stream}__valid") if isinstance(stream, str) \
+            else stream
+        lines.append(f"select -assert-none w:{ready} %co*:-{_STATE_CELLS} w:{valid} %i")
     return "\n".join(lines) + "\n"
 
 

@@ -31,7 +31,9 @@ class AxiController(wiring.Component):
 
     Every port is a plain AXI signal named as AXI names it; ``clk`` and ``rst`` (synchronous,
     active high: ARESETn inverted) are the clock and reset of all three. Behaviour is the
-    controller's, bit for bit; the adapters add no cycle on the data path.
+    controller's, bit for bit; the data port adds a cycle on the way in (its item buffer) and
+    one on R (its R stage), so that no path through logic runs between an AXI handshake
+    and the controller's admission or its response pop.
 
     Parameters
     ----------
@@ -45,6 +47,10 @@ class AxiController(wiring.Component):
     tile_lanes, max_reads, buffer_depth, cells
         As for :class:`~.controller.Controller`; ``max_reads`` also bounds the reads the
         memory port has in flight, and as many writes wait for B.
+    max_requests : int or None
+        Requests the data port leaves unanswered at most (its tag FIFO); by default the
+        power of two that covers the controller's latency and the port's registers, so that
+        one request a clock flows.
 
     Raises
     ------
@@ -53,16 +59,21 @@ class AxiController(wiring.Component):
     """
 
     def __init__(self, *, params=None, id_width=4, worker_from=WorkerFrom.ADDRESS,
-                 tile_lanes=TILE_LANES, max_reads=16, buffer_depth=16, cells=None):
+                 tile_lanes=TILE_LANES, max_reads=16, buffer_depth=16, cells=None,
+                 max_requests=None):
         params = FabricParams() if params is None else params
         self._controller = Controller(params=params, tile_lanes=tile_lanes, max_reads=max_reads,
                                       buffer_depth=buffer_depth, cells=cells)
         self.params, self.regmap = params, self._controller.regmap
-        # The data port's answers wait on the controller's pipeline and its buffers.
-        in_flight = LATENCY + self._controller.buffer_depth + 2
+        # One request a clock keeps the controller's pipeline, the data port's item buffer,
+        # its head tag and its R stage busy; beyond that, responses are waiting to leave
+        # and the next request may wait too.
+        in_flight = LATENCY + 3
+        if max_requests is None:
+            max_requests = 1 << (in_flight - 1).bit_length()
         self._adapters = {
             "data_port": AxiDataPort(params=params, id_width=id_width, worker_from=worker_from,
-                                     max_requests=1 << (in_flight - 1).bit_length()),
+                                     max_requests=max_requests),
             "memory_port": AxiMemoryPort(line_bits=params.line_bits, max_writes=max_reads,
                                          max_reads=max_reads),
             "registers": AxiLiteRegisters(regmap=self.regmap),

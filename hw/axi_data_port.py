@@ -7,17 +7,21 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from ..golden.controller import Op, Status
-from ..golden.params import FabricParams
+from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.validate import check_int
 from .axi import (LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom, data_address_layout,
                   line_size, status_resp)
 from .lane_logic import KEEP
 from .layouts import request_layout, response_layout
+from .skid_buffer import SkidBuffer
 
-__all__ = ["AxiDataPort", "tag_layout", "ZERO_GROUP_BITS"]
+__all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GROUP_BITS",
+           "PAGE_BITS"]
 
 #: Line bits whose padding zeros one copy of the padding flag drives.
 ZERO_GROUP_BITS = 64
+#: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
+PAGE_BITS = 12
 
 
 def tag_layout(*, id_width):
@@ -32,6 +36,26 @@ def tag_layout(*, id_width):
         "last": unsigned(1),
         "beats": unsigned(LEN_BITS),
     })
+
+
+def item_layout(*, params, id_width):
+    """An item on its way from the bursts to the controller: the request's narrow fields
+    (a write's line is its W beat) and its tag."""
+    return data.StructLayout({
+        "op": Op, "addr": unsigned(ADDR_BITS), "worker": unsigned(params.worker_bits),
+        "tag": tag_layout(id_width=id_width),
+    })
+
+
+def burst_layout(*, params, id_width):
+    """The burst held: where its next item goes, the items ``left`` after it (less one),
+    and whether it is the ``final`` one; ``per_beat``: an item a beat (a write, an INCR
+    read), else one item for all the beats."""
+    return data.StructLayout({
+        "line": unsigned(ADDR_BITS), "worker": unsigned(params.worker_bits),
+        "id": unsigned(id_width), "left": unsigned(LEN_BITS), "len": unsigned(LEN_BITS),
+        "final": unsigned(1), "write": unsigned(1), "clear": unsigned(1), "fixed": unsigned(1),
+        "per_beat": unsigned(1), "refused": unsigned(1)})
 
 
 class AxiDataPort(wiring.Component):
@@ -54,15 +78,20 @@ class AxiDataPort(wiring.Component):
     first byte, or a write at the ``clear`` alias; a W beat whose WSTRB is not all ones. A
     refused read burst's beats are zero lines, after a cycle.
 
-    **Throughput**: one request a clock; when reads and writes both wait they take turns.
-    **Latency**: none on the way in (W data are the request's line); answers leave as the
-    controller gives them. **Order**: responses leave in the order the requests were taken,
-    whatever their IDs (AXI asks it only of one ID), so a stalled R holds B behind it and
-    the reverse. At most ``max_requests`` requests are unanswered.
-    Channel rules, each a line of logic below: xREADY of AW and AR only while no burst of
-    theirs is held; WREADY only for a beat that is taken; BVALID, RVALID and their payloads
-    held until taken; one B a write burst, with its last beat; RLAST on a read burst's last
-    beat.
+    **Throughput**: one request a clock; AW and AR take turns at the one burst held
+    (writes and reads waiting alike alternate by burst). **Latency**: a cycle on the way in
+    (items wait in a :class:`~.skid_buffer.SkidBuffer` between the bursts and the
+    controller, so the controller's ``ready`` reaches no burst counter), and a cycle on R
+    (RVALID, RDATA and the rest leave from a register stage). **Order**: responses leave in
+    the order the requests were taken, whatever their IDs (AXI asks it only of one ID), so
+    a stalled R holds B behind it and the reverse. A write burst's items wait at the
+    buffer's head for their W beats, reads behind them too. At most ``max_requests``
+    requests are unanswered. An INCR burst's line address counts within its 4 KB page, as
+    AXI keeps a burst inside one.
+    Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
+    held or as its last item leaves; WREADY only for a beat that is taken; BVALID, RVALID
+    and their payloads held until taken; one B a write burst, with its last beat; RLAST on a
+    read burst's last beat.
 
     Parameters
     ----------
@@ -73,8 +102,8 @@ class AxiDataPort(wiring.Component):
     worker_from : WorkerFrom or str
         ``"address"`` (default) or ``"id"``; with ``"id"``, ``id_width`` must hold a worker id.
     max_requests : int
-        Requests in flight in the controller at most (a power of two, 4 to 1024); cover
-        its latency and buffers for one request a clock.
+        Requests unanswered at most (a power of two, 4 to 1024); cover the controller's
+        latency and this port's three registers for one request a clock.
 
     Members
     -------
@@ -141,87 +170,95 @@ class AxiDataPort(wiring.Component):
         # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
         tags = m.submodules.tags = SyncFIFOBuffered(
             width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
-        command = data.StructLayout({
-            "line": unsigned(32), "worker": unsigned(self.params.worker_bits),
-            "id": unsigned(self.id_width), "left": unsigned(LEN_BITS),
-            "len": unsigned(LEN_BITS), "fixed": unsigned(1), "refused": unsigned(1),
-            "clear": unsigned(1)})
+        # Items wait in a skid buffer between the bursts and the controller, so no path
+        # runs from the controller's admission into the burst counters, or back.
+        item = item_layout(params=self.params, id_width=self.id_width)
+        m.submodules.items = items = SkidBuffer(item)
+        self._bursts(m, items.i)
+        self._join(m, items.o, tags)
+        self._answers(m, tags)
+        return m
 
-        # ---- Address phases: a burst is held until its last request is taken.
-        aw, ar = Signal(command), Signal(command)
-        aw_held, ar_held = Signal(), Signal()
+    def _bursts(self, m, items):
+        """Address phases: AW and AR take turns at the one burst held, which makes an item
+        a clock (a W beat's request, a read's request, or a refused burst's answer)."""
+        axi = self.s_axi
+        burst = Signal(burst_layout(params=self.params, id_width=self.id_width))
+        held = Signal()
+        reads_turn = Signal()       # with AW and AR both waiting, whose turn it is
         aw_address = data.View(self.address_layout, axi.awaddr)
         ar_address = data.View(self.address_layout, axi.araddr)
 
-        # ---- Items: a W beat of the held write burst, or a request of the held read burst.
-        w_item = Signal(tag_layout(id_width=self.id_width))
-        r_item = Signal(tag_layout(id_width=self.id_width))
-        r_per_beat = ~ar.fixed & ~ar.refused
-        m.d.comb += [
-            w_item.read.eq(0), w_item.id.eq(aw.id),
-            w_item.native.eq(~aw.refused & axi.wstrb.all()),
-            w_item.last.eq(aw.left == 0), w_item.beats.eq(0),
-            r_item.read.eq(1), r_item.id.eq(ar.id), r_item.native.eq(~ar.refused),
-            r_item.last.eq(~r_per_beat | (ar.left == 0)),
-            r_item.beats.eq(Mux(r_per_beat, 0, ar.len)),
-        ]
-        w_waiting = aw_held & axi.wvalid
-        r_waiting = ar_held
+        emitted = held & items.ready
+        # A burst is taken while none is held, or as the last item of the one held goes.
+        taking = ~held | (emitted & burst.final)
+        pick_write = axi.awvalid & (~axi.arvalid | ~reads_turn)
+        m.d.comb += [axi.awready.eq(taking & pick_write),
+                     axi.arready.eq(taking & axi.arvalid & ~pick_write)]
 
-        # ---- Turns: the item offered stays offered until taken (stream rule), then the
-        # other side has the turn.
-        writes_turn = Signal()
-        grant_write = w_waiting & (writes_turn | ~r_waiting)
-        item = Mux(grant_write, w_item, r_item)
-        item_native = Mux(grant_write, w_item.native, r_item.native)
-        offered = (w_waiting | r_waiting) & tags.w_rdy
+        payload = items.payload
         m.d.comb += [
-            req.valid.eq(offered & item_native),
-            req.payload.op.eq(Mux(grant_write, Op.WRITE,
-                                  Mux(ar.clear, Op.READ_CLEAR, Op.READ))),
-            req.payload.addr.eq(Mux(grant_write, aw.line, ar.line)),
-            req.payload.worker.eq(aw.worker),
-            req.payload.data.eq(axi.wdata),
+            items.valid.eq(held),
+            payload.op.eq(Mux(burst.write, Op.WRITE, Mux(burst.clear, Op.READ_CLEAR, Op.READ))),
+            payload.addr.eq(burst.line),
+            payload.worker.eq(burst.worker),
+            payload.tag.read.eq(~burst.write),
+            payload.tag.id.eq(burst.id),
+            payload.tag.native.eq(~burst.refused),
+            payload.tag.last.eq(burst.final),
+            payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.len)),
         ]
-        taken = offered & (~item_native | req.ready)
-        m.d.comb += [tags.w_en.eq(taken), tags.w_data.eq(item),
-                     axi.wready.eq(taken & grant_write)]
-        with m.If(w_waiting | r_waiting):
-            m.d.sync += writes_turn.eq(grant_write ^ taken)
-        write_taken = taken & grant_write
-        read_taken = taken & ~grant_write
-
-        # AW and AR are taken while no burst of theirs is held, or as its last item goes.
-        m.d.comb += [axi.awready.eq(~aw_held | (write_taken & w_item.last)),
-                     axi.arready.eq(~ar_held | (read_taken & r_item.last))]
-        with m.If(write_taken):
-            m.d.sync += aw.left.eq(aw.left - 1)
-            with m.If(~aw.fixed):
-                m.d.sync += aw.line.eq(aw.line + 1)
-            with m.If(w_item.last):
-                m.d.sync += aw_held.eq(0)
+        # The line goes up within its 4 KB page: AXI keeps an INCR burst inside one.
+        page_lines = PAGE_BITS - line_size(self.params.line_bits)
+        with m.If(emitted):
+            m.d.sync += [burst.left.eq(burst.left - 1), burst.final.eq(burst.left == 1)]
+            with m.If(burst.per_beat & ~burst.fixed):
+                m.d.sync += burst.line[:page_lines].eq(burst.line[:page_lines] + 1)
+            with m.If(burst.final):
+                m.d.sync += held.eq(0)
         with m.If(axi.awvalid & axi.awready):
+            refused = self._refused(aw_address, axi.awsize, axi.awburst) | aw_address.clear
             m.d.sync += [
-                aw_held.eq(1),
-                aw.line.eq(aw_address.line), aw.worker.eq(self._worker(aw_address, axi.awid)),
-                aw.id.eq(axi.awid), aw.left.eq(axi.awlen), aw.len.eq(axi.awlen),
-                aw.fixed.eq(axi.awburst == Burst.FIXED),
-                aw.refused.eq(self._refused(aw_address, axi.awsize, axi.awburst)
-                              | aw_address.clear),
+                held.eq(1), reads_turn.eq(1),
+                burst.line.eq(aw_address.line), burst.worker.eq(self._worker(aw_address, axi.awid)),
+                burst.id.eq(axi.awid), burst.left.eq(axi.awlen), burst.len.eq(axi.awlen),
+                burst.final.eq(axi.awlen == 0), burst.write.eq(1), burst.clear.eq(0),
+                burst.fixed.eq(axi.awburst == Burst.FIXED), burst.per_beat.eq(1),
+                burst.refused.eq(refused),
             ]
-        with m.If(read_taken):
-            m.d.sync += [ar.left.eq(ar.left - 1), ar.line.eq(ar.line + 1)]
-            with m.If(r_item.last):
-                m.d.sync += ar_held.eq(0)
         with m.If(axi.arvalid & axi.arready):
+            refused = self._refused(ar_address, axi.arsize, axi.arburst)
+            per_beat = (axi.arburst != Burst.FIXED) & ~refused
             m.d.sync += [
-                ar_held.eq(1),
-                ar.line.eq(ar_address.line), ar.id.eq(axi.arid),
-                ar.left.eq(axi.arlen), ar.len.eq(axi.arlen), ar.clear.eq(ar_address.clear),
-                ar.fixed.eq(axi.arburst == Burst.FIXED),
-                ar.refused.eq(self._refused(ar_address, axi.arsize, axi.arburst)),
+                held.eq(1), reads_turn.eq(0),
+                burst.line.eq(ar_address.line), burst.id.eq(axi.arid),
+                burst.left.eq(axi.arlen), burst.len.eq(axi.arlen),
+                burst.final.eq(~per_beat | (axi.arlen == 0)), burst.write.eq(0),
+                burst.clear.eq(ar_address.clear), burst.fixed.eq(0),
+                burst.per_beat.eq(per_beat), burst.refused.eq(refused),
             ]
 
+    def _join(self, m, items, tags):
+        """An item leaves for the controller (a write with its W beat) or, refused, goes
+        straight to the answers; either way its tag goes in, in order."""
+        axi, req = self.s_axi, self.o_req
+        head = items.payload
+        native = head.tag.native & (head.tag.read | axi.wstrb.all())
+        joinable = items.valid & (head.tag.read | axi.wvalid) & tags.w_rdy
+        advance = joinable & (~native | req.ready)
+        tag = Signal.like(head.tag)
+        m.d.comb += [
+            req.valid.eq(joinable & native),
+            req.payload.op.eq(head.op), req.payload.addr.eq(head.addr),
+            req.payload.worker.eq(head.worker), req.payload.data.eq(axi.wdata),
+            items.ready.eq(advance),
+            axi.wready.eq(advance & ~head.tag.read),
+            tag.eq(head.tag), tag.native.eq(native),
+            tags.w_en.eq(advance), tags.w_data.eq(tag),
+        ]
+
+    def _answers(self, m, tags):
+        axi, resp = self.s_axi, self.i_resp
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
         sent = Signal(LEN_BITS)     # R beats of the head's request sent
@@ -232,19 +269,33 @@ class AxiDataPort(wiring.Component):
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
 
-        # A padding beat carries zeros, not whatever line waits at the controller's output
-        # (another request's): its data is gated by copies of the padding flag, a register
-        # each per 64 bits, so no one net reaches every line bit.
-        zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP)
-                     for g in range(-(-self.params.line_bits // ZERO_GROUP_BITS)))
+        # R leaves from a register stage, loaded while it is empty or taken. A padding beat
+        # carries zeros, not whatever line waits at the controller's output (another
+        # request's): the stage's data flip-flops load zeros then, by their synchronous
+        # reset. Each group of ZERO_GROUP_BITS line bits has its own copies of the padding
+        # flag and of RVALID, so no one net reaches every line bit.
+        groups = range(-(-self.params.line_bits // ZERO_GROUP_BITS))
+        zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP) for g in groups)
+        r_full = Cat(Signal(name=f"rvalid_{g}", attrs=KEEP) for g in groups)
         padding_next = Signal()
         m.d.comb += padding_next.eq(padding)
         m.d.sync += [padding.eq(padding_next), zeroed.eq(padding_next.replicate(len(zeroed)))]
-        m.d.comb += axi.rdata.eq(Cat(
-            resp.payload.data[g * ZERO_GROUP_BITS:(g + 1) * ZERO_GROUP_BITS]
-            & ~zeroed[g].replicate(min(ZERO_GROUP_BITS,
-                                       self.params.line_bits - g * ZERO_GROUP_BITS))
-            for g in range(len(zeroed))))
+        r_free = ~axi.rvalid | axi.rready
+        beat = Signal()             # an R beat goes into the stage
+        with m.If(beat):
+            m.d.sync += [axi.rvalid.eq(1), r_full.eq(-1)]
+        with m.Elif(axi.rready):
+            m.d.sync += [axi.rvalid.eq(0), r_full.eq(0)]
+        for g in groups:
+            bits = slice(g * ZERO_GROUP_BITS, (g + 1) * ZERO_GROUP_BITS)
+            load, clear = Signal(name=f"r_load_{g}"), Signal(name=f"r_clear_{g}")
+            m.d.comb += [load.eq(~r_full[g] | axi.rready), clear.eq(load & zeroed[g])]
+            # The clear outside the load: a reset that wins over the enable, as an ECP5
+            # flip-flop has it, so no LUT stands before a data bit.
+            with m.If(clear):
+                m.d.sync += axi.rdata[bits].eq(0)
+            with m.Elif(load):
+                m.d.sync += axi.rdata[bits].eq(resp.payload.data[bits])
 
         with m.If(tags.r_rdy & head.read & draining):
             m.d.comb += resp.ready.eq(1)
@@ -257,15 +308,15 @@ class AxiDataPort(wiring.Component):
         with m.Elif(tags.r_rdy & head.read):
             status = Mux(padding, Status.BAD_REQUEST, resp.payload.status)
             cut = ~padding & final & ~resp.payload.last
-            m.d.comb += [
-                axi.rvalid.eq(padding | resp.valid),
-                axi.rid.eq(head.id),
-                axi.ruser.eq(status),
-                axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
-                axi.rlast.eq(head.last & final),
-                resp.ready.eq(~padding & axi.rready),
-            ]
-            with m.If(axi.rvalid & axi.rready):
+            m.d.comb += [beat.eq((padding | resp.valid) & r_free),
+                         resp.ready.eq(~padding & r_free)]
+            with m.If(beat):
+                m.d.sync += [
+                    axi.rid.eq(head.id),
+                    axi.ruser.eq(status),
+                    axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
+                    axi.rlast.eq(head.last & final),
+                ]
                 m.d.sync += sent.eq(sent + 1)
                 with m.If(~padding & resp.payload.last & ~final):
                     m.d.comb += padding_next.eq(1)
@@ -286,4 +337,3 @@ class AxiDataPort(wiring.Component):
             with m.If(answered & (~head.last | axi.bready)):
                 m.d.comb += pop.eq(1)
                 m.d.sync += first_error.eq(Mux(head.last, Status.OK, burst_status))
-        return m

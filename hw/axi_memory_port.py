@@ -4,7 +4,6 @@ from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..golden.lines import check_line_bits
 from ..golden.params import ADDR_BITS
 from ..golden.validate import check_int
 from .axi import Axi4Signature, Burst, line_size
@@ -35,7 +34,7 @@ class AxiMemoryPort(wiring.Component):
     Parameters
     ----------
     line_bits : int
-        Bits per line (128, 256, 512 or 1024): the AXI data width.
+        Bits per line, a power of two from 8 to 1024: the AXI data width.
     max_writes, max_reads : int
         Writes waiting for B and reads waiting for data at most (1 to 1024 each).
 
@@ -56,7 +55,11 @@ class AxiMemoryPort(wiring.Component):
     """
 
     def __init__(self, *, line_bits=512, max_writes=16, max_reads=16):
-        self.line_bits = check_line_bits(line_bits)
+        # Any power of two AXI carries, not only the controller's line widths: the
+        # formal configuration's lines are 32 bits.
+        self.line_bits = check_int("line_bits", line_bits, low=8, high=1024)
+        if line_bits & (line_bits - 1):
+            raise ValueError(f"line_bits must be a power of two, not {line_bits!r}")
         self.max_writes = check_int("max_writes", max_writes, low=1, high=1024)
         self.max_reads = check_int("max_reads", max_reads, low=1, high=1024)
         super().__init__({

@@ -113,7 +113,8 @@ def test_runs_of_writes_and_of_reads_overlap_up_to_their_limits():
 
 
 @pytest.mark.parametrize("kwargs,error,message", [
-    (dict(line_bits=64), ValueError, "line_bits must be one of (128, 256, 512, 1024), not 64"),
+    (dict(line_bits=96), ValueError, "line_bits must be a power of two, not 96"),
+    (dict(line_bits=4), ValueError, "line_bits must be between 8 and 1024, not 4"),
     (dict(max_writes=0), ValueError, "max_writes must be between 1 and 1024, not 0"),
     (dict(max_reads=2.0), TypeError, "max_reads must be an integer, not 2.0"),
 ])
