@@ -188,14 +188,16 @@ verilog: venv iverilog verilator yowasp
 
 # ---------------------------------------------------------------------------- tests
 
-# pytest exits 5 when it collects nothing; that is reported, not treated as a crash. The
-# twenty slowest tests are listed at the end, to keep the suite within its 20 minutes.
+# pytest exits 5 when it collects nothing; that is reported, not treated as a crash. Test
+# files run side by side in TEST_JOBS processes (one a core, at most four: each builds its
+# own session fixtures); the twenty slowest tests are listed at the end.
+TEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 4 ] && n=4; echo $$n)
 test: venv iverilog verilator yowasp
-	@$(PY) -m pytest -q -m "not slow" --durations=20; rc=$$?; \
+	@$(PY) -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests"; rc=0; fi; exit $$rc
 
 test-all: setup
-	@$(PY) -m pytest -q; rc=$$?; \
+	@$(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile --durations=20; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-all: pytest collected no tests"; rc=0; fi; exit $$rc
 
 clean:
