@@ -165,7 +165,6 @@ class AxiDataPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        axi, req, resp = self.s_axi, self.o_req, self.i_resp
         # The head tag is a register (the buffered FIFO's): the answer side decodes it into
         # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
         tags = m.submodules.tags = SyncFIFOBuffered(

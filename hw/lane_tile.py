@@ -16,7 +16,7 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.formats import check_counter_bits, count_limit, sum_limit
+from ..golden.formats import Route, check_counter_bits, count_limit, sum_limit
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
 from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits, gate
