@@ -51,6 +51,17 @@ def test_random_traffic_with_three_windows_and_wide_workers():
     assert_matches_model(run(ops, params=params, seed=7, timing=STALLS), regmap)
 
 
+def test_random_traffic_with_counters_that_fill():
+    """Two-bit counters for four workers: the tiles hold the route engines, which saturate
+    and flag it as the model does."""
+    params = FabricParams(line_bits=128, max_workers=4, depth=8, num_windows=2, counter_bits=2)
+    regmap = register_map(params)
+    ops = scenarios.random_traffic(regmap, rng=np.random.default_rng(11), n_ops=600)
+    ops += scenarios.read_all_registers(regmap)
+    result = run(ops, params=params, seed=11, timing=STALLS)
+    assert_matches_model(result, regmap)
+
+
 @pytest.mark.parametrize("tile_lanes,group_lanes", [(8, 2), (16, 16), (64, 16), (128, 8)])
 def test_every_tile_width_behaves_the_same(tile_lanes, group_lanes):
     """Sixteen tiles of 8 lanes, eight of 16 in one group (a ring part of one group's
