@@ -6,10 +6,11 @@ the failure comes back to the caller as a :class:`WorkerError` carrying the work
 traceback; a run that outlives its ``timeout_s`` is stopped and reported the same way. No
 failure leaves a process behind or a caller waiting.
 
-Why a failing worker leaves at once, without tearing its process group down: its peers may be
-blocked in a collective that will never complete, and a teardown (or the interpreter's own
-clean-up of the group) can then wait for them forever. The parent sees the exit and stops the
-peers instead.
+Why a worker leaves at once, without tearing its process group down or letting the
+interpreter clean up: after a failure, its peers may be blocked in a collective that will
+never complete, and a teardown can then wait for them forever (the parent sees the exit and
+stops the peers instead); after a success, freeing a gloo group joins its threads, which may
+be waiting for the GIL that the freeing thread holds (see :func:`process_group`).
 """
 
 import contextlib
@@ -33,6 +34,9 @@ __all__ = ["WorkerError", "launch", "process_group"]
 #: How often the parent looks at its workers (and calls ``poll``), in seconds.
 _POLL_S = 0.2
 
+#: Process groups of this worker, held until it exits (see :func:`process_group`).
+_GROUPS_KEPT = []
+
 
 class WorkerError(RuntimeError):
     """A worker process failed, was killed, or the run went past its time limit.
@@ -54,12 +58,19 @@ def process_group(rank, workers, init_file, *, deterministic=False):
 
     The group is destroyed when the block ends normally. When it raises, the group is left
     as it is: the worker is about to exit, and :func:`launch` stops its peers.
+
+    The group's object is kept until the worker exits, so that a DDP reducer freed later in
+    the worker never holds its last reference: a reducer that does frees the group with the
+    GIL held, and the group's threads, which need the GIL to free their last collective's
+    tensors, can then never be joined (a hang seen about once in thirty runs of a worker
+    that trains three DDP copies).
     """
     torch.set_num_threads(1)
     if deterministic:
         torch.use_deterministic_algorithms(True)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
                             world_size=workers)
+    _GROUPS_KEPT.append(dist.group.WORLD)
     yield
     dist.destroy_process_group()
 
@@ -69,17 +80,19 @@ def _error_file(folder, rank):
 
 
 def _run(rank, fn, workers, folder, args):
-    """The body of worker ``rank``: ``fn``, and on any failure its traceback to a file, then
-    an immediate exit (see the module's note)."""
+    """The body of worker ``rank``: ``fn``, and on any failure its traceback to a file; then
+    an immediate exit, 0 or 1 (see the module's note)."""
+    status = 0
     try:
         fn(rank, workers, os.path.join(folder, "store"), *args)
     except BaseException:  # noqa: BLE001 - every failure, KeyboardInterrupt included, is reported
         text = traceback.format_exc()
         _error_file(folder, rank).write_text(text, encoding="utf-8")
         sys.stderr.write(f"worker {rank} failed:\n{text}")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def _first_failure(folder, failed, exitcodes):
