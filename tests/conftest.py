@@ -1,5 +1,9 @@
 """Shared fixtures."""
 
+import fcntl
+import os
+import shutil
+
 import pytest
 
 #: Reduced capture settings for the test suite: real training on real data, only fewer steps
@@ -23,16 +27,32 @@ def traces(tmp_path_factory):
             for workload, options in SMALL_TRACES.items()}
 
 
+def made_once(tmp_path_factory, name, make):
+    """The folder ``name``, filled by ``make(folder)`` once per pytest run and read (never
+    written) by the tests. Under pytest-xdist the first worker to ask makes it in the run's
+    temporary folder, and the others wait for it on a lock and share it."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with open(shared / f"{name}.lock", "w", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # what a failed attempt left
+            make(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def small_verilog(tmp_path_factory):
     """The small preset's Verilog folder (``make verilog PRESET=small``), generated once per
-    pytest run for every cocotb test that builds it."""
+    pytest run for every test that reads it."""
     from neuron_fabric.gen.verilog import generate
     from neuron_fabric.golden.params import PRESETS
 
-    folder = tmp_path_factory.mktemp("verilog") / PRESETS["small"].name
-    generate(PRESETS["small"], folder, log=lambda line: None)
-    return folder
+    name = PRESETS["small"].name
+    return made_once(tmp_path_factory, "verilog", lambda folder: generate(
+        PRESETS["small"], folder / name, log=lambda line: None)) / name
 
 
 @pytest.fixture(scope="session")
@@ -42,9 +62,9 @@ def small_axi_verilog(tmp_path_factory):
     from neuron_fabric.gen.axi import axi_folder_name, generate_axi
     from neuron_fabric.golden.params import PRESETS
 
-    folder = tmp_path_factory.mktemp("verilog") / axi_folder_name(PRESETS["small"])
-    generate_axi(PRESETS["small"], folder, log=lambda line: None)
-    return folder
+    name = axi_folder_name(PRESETS["small"])
+    return made_once(tmp_path_factory, "axi_verilog", lambda folder: generate_axi(
+        PRESETS["small"], folder / name, log=lambda line: None)) / name
 
 
 @pytest.fixture(scope="session")

@@ -245,14 +245,15 @@ def burst_ops(regmap, rng, rounds):
 
 
 def test_one_line_per_clock_to_one_slot_and_fixed_latency():
-    """The default 512-bit top: 8 rounds of 16 workers writing one slot back to back.
+    """The default 512-bit top: 3 rounds of 16 workers writing one slot back to back (its
+    simulator takes a minute to build; each round, a few seconds).
 
     Without stalls every request is taken on consecutive cycles (II = 1) and every
     response comes exactly LATENCY cycles after its request.
     """
     params = PRESETS["default"]
     regmap = register_map(params)
-    ops = burst_ops(regmap, np.random.default_rng(3), rounds=8)
+    ops = burst_ops(regmap, np.random.default_rng(3), rounds=3)
     result = run(ops, params=params, seed=3)
     assert_matches_model(result, regmap)
     cycles = np.array(result.request_cycles)
@@ -261,7 +262,7 @@ def test_one_line_per_clock_to_one_slot_and_fixed_latency():
     assert latency == {LATENCY}, f"latency must be {LATENCY} cycles, not {sorted(latency)}"
     # The majority over all 16 workers is exact: forwarding lost no vote.
     reads = [r for r in result.responses if len(r.lines) == 1 and r.data != bytes(64)]
-    assert len(reads) >= 7
+    assert len(reads) >= 2
 
 
 def test_bursts_with_stalls_lose_and_repeat_nothing():
