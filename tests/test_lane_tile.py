@@ -172,11 +172,13 @@ def test_idle_cycles_and_back_to_back_writes_mix():
     assert responses == want
 
 
-def _reset_in_flight(before, *, reset=12):
+def _reset_in_flight(before):
     """A word issued ``before`` cycles ahead of a one-cycle reset and one issued the cycle
     after it, each a G-Ternary write of an invalid code pushed into the memory ring: the
     cycles in which ``invalid`` is high, the line at the ring's head at the end, and the
     second word's issue cycle."""
+    reset = FLAGS_STAGE + 3   # the latest ``before`` the tests ask for
+    assert 0 < before <= reset, f"before must be 1 to {reset}, not {before}"
     bench = _Bench(reset_at={reset})
     fold = {"fold_gternary": 1, "fold_any": 1, "push_memory": 1}
     late = {"write_row": 1, "quiet": 1}
