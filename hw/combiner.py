@@ -7,13 +7,13 @@ write-back stages that takes one update a clock, back-to-back updates to one set
 
 from amaranth import Array, Cat, Const, Module, Mux, Shape, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..golden.combiner import CombinerParams
 
-__all__ = ["update_layout", "write_layout", "entry_layout", "way_layout", "CREDIT_LOOP",
+__all__ = ["update_layout", "write_layout", "entry_layout", "set_layout", "CREDIT_LOOP",
            "WriteCombiner"]
 
 
@@ -33,18 +33,33 @@ def entry_layout(tag_width, max_updates, acc_width):
                               "acc": signed(acc_width)})
 
 
-def way_layout(tag_width, max_updates, acc_width):
-    """One way of a set as the execute stage sees it: the entry, its valid bit and whether its
-    tag is the tag of the update being executed."""
-    return data.StructLayout({"valid": 1, "match": 1,
-                              "entry": entry_layout(tag_width, max_updates, acc_width)})
+def set_layout(tag_width, max_updates, acc_width, ways):
+    """A set's state as the pipeline carries it: its row (every way's entry), its valid bits
+    and its round-robin pointer (one-hot: the victim's bit)."""
+    return data.StructLayout({
+        "row": data.ArrayLayout(entry_layout(tag_width, max_updates, acc_width), ways),
+        "bits": ways, "ptr": ways})
+
+
+BOUNDS = ("hi", "lo", "up", "down", "zero")
+
+
+def bounds_layout(shape):
+    """A value's bounds for the tests of a sum (see :func:`tests_layout`)."""
+    return data.StructLayout({name: shape for name in BOUNDS})
+
+
+def tests_layout():
+    """The tests of a sum ``acc + v``: it does not fit ``acc_width`` bits, it reaches the
+    threshold, the entry has merged its last value, the sum is 0."""
+    return data.StructLayout({"overflows": 1, "reaches": 1, "merged_all": 1, "cancels": 1})
 
 
 #: Cycles a write's room in the FIFO is held when downstream takes every write at once: the
 #: update's admission, lookup and execute cycles, the write register, the FIFO's two
 #: registers. The FIFO holds this many entries beyond ``fifo_depth``, so that one update a
 #: clock keeps flowing even when every update writes.
-CREDIT_LOOP = 6
+CREDIT_LOOP = 8
 
 
 class _Mode(enum.Enum, shape=2):
@@ -182,302 +197,542 @@ class WriteCombiner(wiring.Component):
         wb_layout = write_layout(p.addr_width, p.acc_width)
         ent_layout = entry_layout(p.tag_width, p.max_updates, p.acc_width)
         row_layout = data.ArrayLayout(ent_layout, n_ways)
-        view_layout = data.StructLayout({
-            "ways": data.ArrayLayout(way_layout(p.tag_width, p.max_updates, p.acc_width),
-                                     n_ways),
-            "ptr": range(n_ways)})
-        # The value's tests as sums' bounds: |acc + v| >= T is acc >= T - v or acc <= -T - v.
-        bound = signed(max(p.acc_width, p.value_width + 1, p.threshold
-                           and (p.threshold.bit_length() + 1) or 0) + 2)
+        set_state = set_layout(p.tag_width, p.max_updates, p.acc_width, n_ways)
+        # The value's tests as sums' bounds: |acc + v| >= T is acc >= T - v or acc <= -T - v;
+        # wide enough for the sum of two values (an update and the one ahead of it).
+        bound = signed(max(p.acc_width, p.value_width + 1) + 2)
+        low, high = p.acc_range
 
         def split(addr):
             return addr[:p.set_bits], addr[p.set_bits:]
 
-        m.submodules.wb_fifo = fifo = SyncFIFOBuffered(width=Shape.cast(wb_layout).width,
-                                                       depth=self.fifo_entries)
-        # One row a set holds every way's entry; read with a registered read, written whole
-        # by each execution. Valid bits and round-robin pointers live in registers, so that
-        # reset empties the buffer.
-        m.submodules.rows = rows = Memory(shape=row_layout, depth=p.sets, init=[])
-        row_read = rows.read_port(transparent_for=())
-        row_write = rows.write_port()
-        valid = Array(Signal(n_ways, name=f"valid_s{s}") for s in range(p.sets))
-        victim_ptr = Array(Signal(range(n_ways), name=f"victim_s{s}") for s in range(p.sets))
+        def tests(acc, bounds, merged_all):
+            """A sum's tests, ``acc + v`` against ``v``'s bounds: each comparison is the sign
+            of a difference (a carry chain whose last sum bit is the answer). ``acc`` may be
+            three copies of the sum, one for each pair of comparisons."""
+            fit, reach, zero = acc if isinstance(acc, tuple) else (acc,) * 3
 
+            def below(a, b):
+                return (a - b)[-1]
+
+            return Cat(
+                below(bounds.hi, fit) | below(fit, bounds.lo),
+                ~below(reach, bounds.up) | ~below(bounds.down, reach)
+                if p.threshold is not None else Const(0),
+                merged_all, ~(below(bounds.zero, zero) | below(zero, bounds.zero)))
+
+        def outcome_of(t):
+            """What the tests ``t`` mean for a hit: (keeps the entry, writes, stores the sum)."""
+            t = data.View(tests_layout(), t)
+            return Cat(t.overflows | ~(t.reaches | t.merged_all | t.cancels),
+                       t.overflows | t.reaches | (t.merged_all & ~t.cancels), ~t.overflows)
+
+        def copies(name, value, *, shape=1, users=None):
+            """Registers of ``value``, one a way and one for the pointer (or one for each of
+            ``users``), so that no select drives more than one way's bits (``keep``:
+            synthesis must not merge them)."""
+            users = users or [f"w{w}" for w in range(n_ways)] + ["ptr"]
+            signals = [Signal(shape, name=f"{name}_{user}", attrs={"keep": 1}) for user in users]
+            m.d.sync += [copy.eq(value) for copy in signals]
+            return signals
+
+        def field_copies(name, value):
+            """Copies of a select that chooses a way's row: one for each way's tag, one for
+            each way's count and sum, one for the rest (``"ptr"``)."""
+            users = [f"w{w}_{field}" for w in range(n_ways) for field in ("tag", "sum")]
+            return dict(zip(users + ["ptr"], copies(name, value, users=users + ["ptr"])))
+
+        def choose_row(dest, sources, sel):
+            """``dest`` (a row, registered) from the first of ``sources`` (``(name, row)``)
+            whose select copy is high, else the last row."""
+            for w in range(n_ways):
+                for field, parts in (("tag", lambda e: [e.tag]),
+                                     ("sum", lambda e: [e.count, e.acc])):
+                    for k, (name, row) in enumerate(sources):
+                        cond = sel[name][f"w{w}_{field}"] if k < len(sources) - 1 else None
+                        statement = [a.eq(b) for a, b in zip(parts(dest[w]), parts(row[w]))]
+                        if k == 0:
+                            with m.If(cond):
+                                m.d.sync += statement
+                        elif cond is not None:
+                            with m.Elif(cond):
+                                m.d.sync += statement
+                        else:
+                            with m.Else():
+                                m.d.sync += statement
+
+        m.submodules.wb_fifo = fifo = SyncFIFO(width=Shape.cast(wb_layout).width,
+                                                       depth=self.fifo_entries)
         mode = Signal(_Mode)
+        flushing = Signal()        # mode is not RUN
         scan_set = Signal(range(p.sets))
         overflow = Signal()
+
+        # The stages' updates: a valid bit, the address and the value of each.
+        def stage(name):
+            return (Signal(name=f"{name}_valid"), Signal(p.addr_width, name=f"{name}_addr"),
+                    Signal(signed(p.value_width), name=f"{name}_value"))
+
+        r_valid, r_addr, r_value = stage("r")      # read
+        c_valid, c_addr, c_value = stage("c")      # compare
+        d_valid, d_addr, d_value = stage("d")      # decide
+        x_valid, x_addr, x_value = stage("x")      # execute
+        r_set, c_set, d_set, x_set = (split(a)[0] for a in (r_addr, c_addr, d_addr, x_addr))
+        x_tag = split(x_addr)[1]
+
+        # ---- the buffer --------------------------------------------------------------
+        # Three memories a way hold the way's tags (in two halves) and its counts and sums,
+        # read (in the read stage) from a registered address, a copy each. Valid bits and round-robin pointers
+        # live in registers, so that reset empties the buffer. Each execution's result (the
+        # set's new state, `x_out`) is registered (`commit`) and written in the next cycle.
+        split_at = min(p.set_bits, 3)    # the valid bits are read by these bits, then the rest
+        entry_bits = Shape.cast(ent_layout).width
+        parts = {"tag_lo": (0, p.tag_width // 2), "tag_hi": (p.tag_width // 2, p.tag_width),
+                 "sum": (p.tag_width, entry_bits)}     # bit ranges of an entry
+        parts = {name: bits for name, bits in parts.items() if bits[1] > bits[0]}
+        rd_set = {user: Signal(range(p.sets), name=f"rd_set_{user}", attrs={"keep": 1})
+                  for user in [f"w{w}_{part}" for w in range(n_ways) for part in parts]
+                  + [f"ctl{h}" for h in range(p.sets >> split_at)]}
+        way_read, way_write = [], []
+        for w in range(n_ways):
+            ports = {}
+            for part, (start, stop) in parts.items():
+                memory = m.submodules[f"way{w}_{part}"] = Memory(shape=stop - start,
+                                                                 depth=p.sets, init=[])
+                ports[part] = (memory.read_port(domain="comb"), memory.write_port())
+                m.d.comb += ports[part][0].addr.eq(rd_set[f"w{w}_{part}"])
+            way_read.append(data.View(ent_layout, Cat(ports[part][0].data for part in parts)))
+            way_write.append(ports)
+        valid = Array(Signal(n_ways, name=f"valid_s{s}") for s in range(p.sets))
+        victim_ptr = Array(Signal(n_ways, name=f"victim_s{s}", init=1) for s in range(p.sets))
+        x_out = Signal(set_state)
+        commit = Signal(set_state)
+        # The commit's valid bit and set: a copy for each way's memories, one for the valid
+        # bits and pointers.
+        commit_users = [f"w{w}" for w in range(n_ways)] + ["ctl"]
+        commit_valid, commit_set = ({user: Signal(shape, name=f"commit_{name}_{user}",
+                                                  attrs={"keep": 1}) for user in commit_users}
+                                    for name, shape in (("valid", 1), ("set", range(p.sets))))
 
         # ---- admission: credits for the FIFO, `ready` from a register -------------------
         room = Signal(range(self.fifo_entries + 1), init=self.fifo_entries)
         ready = Signal(init=1)
         admit = Signal()
         upd = self.i_upd.payload
-        in_set, in_tag = split(upd.addr)
-        m.d.comb += [self.i_upd.ready.eq(ready), admit.eq(self.i_upd.valid & ready),
-                     row_read.addr.eq(Mux(mode == _Mode.RUN, in_set, scan_set))]
+        a_set = split(upd.addr)[0]
+        m.d.comb += [self.i_upd.ready.eq(ready), admit.eq(self.i_upd.valid & ready)]
+        m.d.sync += [r_valid.eq(admit), r_addr.eq(upd.addr), r_value.eq(upd.value)]
+        # The value's bounds for a sum: its tests are acc > high - v or acc < low - v (does
+        # not fit), acc >= T - v or acc <= -T - v (reaches the threshold), acc == -v (is 0).
+        r_bounds = Signal(bounds_layout(bound))
+        m.d.sync += [r_bounds.hi.eq(high - upd.value), r_bounds.lo.eq(low - upd.value),
+                     r_bounds.zero.eq(-upd.value)]
+        if p.threshold is not None:
+            m.d.sync += [r_bounds.up.eq(p.threshold - upd.value),
+                         r_bounds.down.eq(-p.threshold - upd.value)]
+        m.d.sync += [copy.eq(Mux(flushing, scan_set, a_set)) for copy in rd_set.values()]
+        # The read misses the results of the updates now in decide and execute: during the
+        # read they execute and commit. Whether they are of this set is decided now.
+        r_from_x = field_copies("r_from_x", d_valid & (a_set == d_set))
+        r_from_commit = field_copies("r_from_commit", x_valid & (a_set == x_set))
 
-        # ---- lookup -------------------------------------------------------------------
-        l_valid = Signal()
-        l_addr = Signal(p.addr_width)
-        l_value = Signal(signed(p.value_width))
-        l_bits = Signal(n_ways)             # the set's valid bits when it was accepted
-        l_ptr = Signal(range(n_ways))
-        m.d.sync += [l_valid.eq(admit), l_addr.eq(upd.addr), l_value.eq(upd.value),
-                     l_bits.eq(valid[in_set]), l_ptr.eq(victim_ptr[in_set])]
-        l_set, l_tag = split(l_addr)
+        # ---- read -----------------------------------------------------------------------
+        # The row (read from the ways' memories), the valid bits and the pointer are
+        # registered for the compare stage; where the update executing or committing now is
+        # of the same set, its result is registered instead (the read misses it).
+        # The valid bits and the pointer are read in two steps: here, by the set's low bits,
+        # one candidate for each value of the high bits, then by the high bits, in compare.
+        m.d.sync += [c_valid.eq(r_valid), c_addr.eq(r_addr), c_value.eq(r_value)]
+        ctl_layout = data.StructLayout({"bits": n_ways, "ptr": n_ways})
+        c_candidates = [Signal(ctl_layout, name=f"c_ctl{h}") for h in range(p.sets >> split_at)]
+        for h, candidate in enumerate(c_candidates):
+            group = [Cat(valid[h << split_at | l], victim_ptr[h << split_at | l])
+                     for l in range(1 << split_at)]
+            m.d.sync += candidate.eq(Array(group)[rd_set[f"ctl{h}"][:split_at]])
+        c_row = Signal(row_layout)
+        c_side_ctl = Signal(ctl_layout)
+        c_side_use = copies("c_side_use", r_from_x["ptr"] | r_from_commit["ptr"],
+                            users=["ctl"])[0]
+        # The tags are compared with the update's here, by pairs of bits; compare ANDs them.
+        r_tag = split(r_addr)[1]
 
-        # An execution's result is registered (`commit`) and written to the row memory, the
-        # valid bits and the pointer a cycle later, at the edge where the next update's row
-        # is read; the result before it (`older`) was written at the edge where the row of
-        # the update in lookup was read. Neither is in what that update read.
-        result_layout = data.StructLayout({"set": range(p.sets), "bits": n_ways,
-                                           "ptr": range(n_ways), "row": row_layout})
-        commit, older = Signal(result_layout), Signal(result_layout)
-        commit_valid, older_valid = Signal(), Signal()
+        def pairs(tag):
+            return Cat(tag[i:i + 2] == r_tag[i:i + 2] for i in range(0, p.tag_width, 2))
 
-        # Where the update in lookup finds its set, decided when it was accepted (compares of
-        # registers and inputs, registered; copies a way keep each select's fan-out small):
-        # - forward: the update just ahead of it, executing while it is looked up, is in the
-        #   same set (same_addr: and has the same address);
-        # - from_commit: the update two ahead, in execute at acceptance, is in the same set;
-        # - from_older: the update three ahead, committing at acceptance, is in the same set.
-        x_valid = Signal()
-        x_addr = Signal(p.addr_width)
-        x_set, x_tag = split(x_addr)
-
-        def copies(name, value):
-            signals = [Signal(name=f"{name}_w{w}", attrs={"keep": 1}) for w in range(n_ways)]
-            signals.append(Signal(name=f"{name}_ptr", attrs={"keep": 1}))
-            m.d.sync += [copy.eq(value) for copy in signals]
-            return signals
-
-        forward = copies("forward", l_valid & (in_set == l_set))
-        from_commit = copies("from_commit", x_valid & (in_set == x_set))
-        from_older = copies("from_older", commit_valid & (in_set == commit.set))
-        same_addr = Signal()
-        m.d.sync += same_addr.eq(upd.addr == l_addr)
-
-        l_view = Signal(view_layout)
+        c_pairs = Signal(data.ArrayLayout(len(pairs(r_tag)), n_ways))
+        choose_row(c_row, [("x", x_out.row), ("commit", commit.row), ("read", way_read)],
+                   {"x": r_from_x, "commit": r_from_commit})
         for w in range(n_ways):
-            entry = Mux(from_commit[w], commit.row[w],
-                        Mux(from_older[w], older.row[w], row_read.data[w]))
-            bit = Mux(from_commit[w], commit.bits[w], Mux(from_older[w], older.bits[w], l_bits[w]))
-            m.d.comb += [l_view.ways[w].entry.eq(entry), l_view.ways[w].valid.eq(bit),
-                         l_view.ways[w].match.eq(l_view.ways[w].entry.tag == l_tag)]
-        m.d.comb += l_view.ptr.eq(Mux(from_commit[-1], commit.ptr,
-                                      Mux(from_older[-1], older.ptr, l_ptr)))
+            with m.If(r_from_x[f"w{w}_tag"]):
+                m.d.sync += c_pairs[w].eq(pairs(x_out.row[w].tag))
+            with m.Elif(r_from_commit[f"w{w}_tag"]):
+                m.d.sync += c_pairs[w].eq(pairs(commit.row[w].tag))
+            with m.Else():
+                m.d.sync += c_pairs[w].eq(pairs(way_read[w].tag))
+        with m.If(r_from_x["ptr"]):
+            m.d.sync += c_side_ctl.eq(Cat(x_out.bits, x_out.ptr))
+        with m.Else():
+            m.d.sync += c_side_ctl.eq(Cat(commit.bits, commit.ptr))
+        # The update now in decide executes while this one compares, and is then the latest
+        # in the set; the address is compared now for the way it may fill.
+        c_from_x = field_copies("c_from_x", d_valid & (r_set == d_set))
+        c_same_x = Signal()
+        m.d.sync += c_same_x.eq(r_addr == d_addr)
+        # The value's bounds, and the bounds less the value of the update now in decide (its
+        # sum is the one this update adds to when it hits the way that one hits).
+        c_bounds = Signal(bounds_layout(bound))
+        c_bounds_2 = Signal(bounds_layout(bound))
+        m.d.sync += c_bounds.eq(r_bounds)
+        m.d.sync += [c_bounds_2[name].eq(r_bounds[name] - d_value) for name in BOUNDS]
 
-        # The value's own tests, ready for the execute stage.
+        # ---- compare ----------------------------------------------------------------------
+        c_view = Signal(set_state)
+        c_ctl = Signal(ctl_layout)
+        m.d.comb += [c_ctl.eq(Mux(c_side_use, c_side_ctl, Array(c_candidates)[c_set[split_at:]])),
+                     c_view.row.eq(c_row), c_view.bits.eq(c_ctl.bits), c_view.ptr.eq(c_ctl.ptr)]
+        c_match = Cat(c_pairs[w].all() for w in range(n_ways))
+
+        # The value's own tests.
         def at_least(x, limit):
             return (x >= limit) | (x <= -limit)
 
-        v = l_value
-        low, high = p.acc_range
-        l_big = at_least(v, p.threshold) if p.threshold is not None else Const(0)
-        l_tiny = ((v > -p.small_threshold) & (v < p.small_threshold)
+        v = c_value
+        c_big = at_least(v, p.threshold) if p.threshold is not None else Const(0)
+        c_tiny = ((v > -p.small_threshold) & (v < p.small_threshold)
                   if p.small_threshold is not None else Const(0))
-        l_nothing = (v == 0) | (l_tiny if p.lossy else Const(0))   # on a miss: not kept
+        c_nothing = (v == 0) | (c_tiny if p.lossy else Const(0))   # on a miss: not kept
 
-        # ---- execute ------------------------------------------------------------------
-        x_value = Signal(signed(p.value_width))
-        x_big = Signal()           # bypass
-        x_keep = Signal()          # a miss takes a free way
-        x_evict = Signal()         # a miss in a full set evicts (else it is written through)
-        x_neg = Signal(bound)      # -v: the sum is 0
-        x_hi = Signal(bound)       # high - v, low - v: the sum fits acc_width bits
-        x_lo = Signal(bound)
-        x_up = Signal(bound)       # T - v, -T - v: the sum reaches the threshold
-        x_down = Signal(bound)
-        x_view = Signal(view_layout)
-        m.d.sync += [x_valid.eq(l_valid), x_addr.eq(l_addr), x_value.eq(v), x_big.eq(l_big),
-                     x_keep.eq(~l_nothing), x_evict.eq(~l_nothing & ~l_tiny),
-                     x_neg.eq(-v), x_hi.eq(high - v), x_lo.eq(low - v)]
-        if p.threshold is not None:
-            m.d.sync += [x_up.eq(p.threshold - v), x_down.eq(-p.threshold - v)]
-
-        ways = x_view.ways
-        update = Signal()          # executing an update that does not bypass
-        m.d.sync += update.eq(l_valid & ~l_big)
-        hit = Cat(way.valid & way.match for way in ways)
-        free = Cat(~way.valid for way in ways)
-        miss = update & ~hit.any()
-        full = ~free.any()
-        lowest_free = Signal(n_ways)
+        # The decide stage's view: the compared set, or the result of the execution under
+        # way in the same set (an execution writes only its own tag, into the way it fills).
+        d_view = Signal(set_state)
+        d_match = Signal(n_ways)
+        x_fill_snoop = Signal(n_ways, attrs={"keep": 1})    # for the views and the tests
+        d_match_next = Signal(n_ways)
+        choose_row(d_view.row, [("x", x_out.row), ("view", c_view.row)], {"x": c_from_x})
+        from_x = c_from_x["ptr"]
         for w in range(n_ways):
-            m.d.comb += lowest_free[w].eq(free[w] & ~free[:w].any() if w else free[0])
-        victim = Cat(x_view.ptr == w for w in range(n_ways))
-        evict = Signal()
-        through = Signal()
-        alloc = Signal(n_ways)
-        m.d.comb += [evict.eq(miss & x_evict & full),
-                     through.eq(miss & x_keep & ~x_evict & full),
-                     alloc.eq(Mux(full, Mux(evict, victim, 0),
-                                  Mux(miss & x_keep, lowest_free, 0)))]
+            m.d.comb += d_match_next[w].eq(Mux(from_x & x_fill_snoop[w], c_same_x, c_match[w]))
+        d_bits_next = Mux(from_x, x_out.bits, c_view.bits)
+        m.d.sync += [d_match.eq(d_match_next), d_view.bits.eq(d_bits_next),
+                     d_view.ptr.eq(Mux(from_x, x_out.ptr, c_view.ptr))]
+        # The view's valid way that holds the address, if any.
+        d_own = dict(zip(("count", "acc", "tests"),
+                         copies("d_own", d_bits_next & d_match_next, shape=n_ways,
+                                users=["count", "acc", "tests"])))
+        # The update goes to the buffer; on a miss it takes a free way; it may evict.
+        d_big, d_update, d_update_keep, d_update_evict = Signal(), Signal(), Signal(), Signal()
+        m.d.sync += [d_valid.eq(c_valid), d_addr.eq(c_addr), d_value.eq(c_value),
+                     d_big.eq(c_big), d_update.eq(c_valid & ~c_big),
+                     d_update_keep.eq(c_valid & ~c_big & ~c_nothing),
+                     d_update_evict.eq(c_valid & ~c_big & ~c_nothing & ~c_tiny)]
+        # The update now in decide executes while this one decides. When it has the same
+        # address and goes to the buffer, this update's hit is in the way that one hits or
+        # fills (if it does neither, this update misses too).
+        d_fwd = field_copies("d_fwd", d_valid & (c_set == d_set))
+        d_fwd_decide = copies("d_fwd_decide", d_valid & (c_set == d_set), users=["0"])[0]
+        d_same_x = Signal()
+        m.d.sync += d_same_x.eq(c_addr == d_addr)
+        d_follows = copies("d_follows", d_valid & ~d_big & (c_addr == d_addr),
+                           users=["entry", "entry_c", "entry_d", "tests"])
 
-        # Each way's outcome when the update hits it: its sum against the value's bounds.
-        out_row = Signal(row_layout)     # the set's row after the execution
-        out_bits = Signal(n_ways)
-        out_ptr = Signal(range(n_ways))
-        hit_push = Signal(n_ways)
-        hit_delta = Signal(data.ArrayLayout(signed(p.acc_width), n_ways))
-        hit_overflow = Signal(n_ways)
-        keeps = Signal(n_ways)           # a hit leaves the entry valid
-        sums = []                        # a hit stores its sum (else the value, count 1)
-        for w, way in enumerate(ways):
-            acc, count = way.entry.acc, way.entry.count
-            total = acc + x_value
-            overflows = (acc > x_hi) | (acc < x_lo)
-            reaches = (acc >= x_up) | (acc <= x_down) if p.threshold is not None else Const(0)
-            merged_all = count == p.max_updates - 1
-            cancels = acc == x_neg
-            hit_here = update & hit[w]
-            sums.append((hit_here & ~overflows, total, count + 1))
-            out = out_row[w]
+        # The tests of the sum, made on registers, one cycle ahead of their use. The way the
+        # update hits holds, before its own sum, the sum of the view, or of the update ahead
+        # at the same address: that one's sum when it summed into the way, its value when it
+        # filled or restarted it. So: each way of the compared view against the value's
+        # bounds, valid for a way that the two updates ahead leave alone; the hit's sum of
+        # the update two ahead (now executing) against the bounds less its value, or its
+        # value; and, in decide, the same for the update one ahead.
+        # The hit way's entry before the sum: a copy for the sum, and, for each stage's
+        # tests, one for each pair of compare chains.
+        x_entry = Signal(ent_layout, attrs={"keep": 1})
+        x_sum_c, x_sum_d = ([Signal(signed(p.acc_width), name=f"x_sum_{stage}_{kind}",
+                                    attrs={"keep": 1}) for kind in ("fit", "reach", "zero")]
+                            for stage in "cd")
+        x_hit_data = Signal(n_ways, attrs={"keep": 1})
+        x_touched = Signal(attrs={"keep": 1})     # the execution hits or fills a way
+        x_hit_any = Signal()
+        x_stores = Signal()                # a hit stores its sum (else the value, count 1)
+        summed = x_hit_any & x_stores      # the execution sums into its way
+        d_tests = Signal(data.ArrayLayout(tests_layout(), n_ways))
+        for w in range(n_ways):
+            entry = c_view.row[w]
+            m.d.sync += d_tests[w].eq(tests(entry.acc, c_bounds, entry.count == p.max_updates - 1))
+        d_follows_2 = Signal()             # the hit way is the one the update two ahead hit
+        d_tests_2 = Signal(tests_layout())
+        d_bounds_2 = Signal(bounds_layout(bound))
+        d_pair = Signal(tests_layout())
+        last = Const(p.max_updates == 2)   # a filled entry has merged its last value
+        m.d.sync += [
+            d_follows_2.eq(from_x & c_same_x & x_touched),
+            d_tests_2.eq(Mux(summed,
+                             tests(tuple(x_sum_c), c_bounds_2,
+                                   x_entry.count == p.max_updates - 2),
+                             tests(x_value, c_bounds, last))),
+            d_pair.eq(tests(d_value, c_bounds, last))]
+        m.d.sync += [d_bounds_2[name].eq(c_bounds[name] - d_value) for name in BOUNDS]
+
+        # ---- decide -----------------------------------------------------------------------
+        # The hit, the way to fill, eviction and the set's valid bits and pointer after the
+        # execution, from registers: the view, or, in the set of the execution under way,
+        # its outcome. One bit of that outcome comes late: whether its hit freed the entry
+        # (`freed`). Both cases are decided, and `freed` chooses.
+        x_fill = Signal(n_ways, attrs={"keep": 1})
+        # The set's valid bits after the execution if its hit keeps the entry, and its
+        # pointer; a copy of each (`_data`) for the execution's result.
+        x_kept, x_kept_data, x_kept_freed = (Signal(n_ways, name=name, attrs={"keep": 1})
+                                             for name in ("x_kept", "x_kept_data", "x_kept_freed"))
+        x_ptr, x_ptr_data = (Signal(n_ways, name=name, attrs={"keep": 1})
+                             for name in ("x_ptr", "x_ptr_data"))
+        freed = Signal()
+
+        def decide(bits, hits, ptr):
+            """The outcome for a set with valid ``bits``, valid ways that hold the address
+            ``hits`` and pointer ``ptr`` (one-hot), each output a few LUTs from its inputs."""
+            hit = Cat(d_update & hits[w] for w in range(n_ways))
+            miss = ~hits.any()
+            full = bits.all()
+            lowest_free = Cat(~bits[w] & (bits[:w].all() if w else 1) for w in range(n_ways))
+            take_free = miss & d_update_keep             # a miss takes the lowest free way
+            evict = miss & d_update_evict & full
+            fill = Cat(Mux(full, evict & ptr[w], take_free & lowest_free[w])
+                       for w in range(n_ways))
+            return {"hit": hit, "hit_any": hit.any(), "fill": fill, "evict": evict,
+                    "changed": hit | fill, "touched": hit.any() | (take_free & ~full) | evict,
+                    "through": take_free & ~d_update_evict & full,
+                    "kept": Cat(bits[w] | (take_free & lowest_free[w]) for w in range(n_ways)),
+                    "kept_freed": Cat((bits[w] & ~hit[w]) | (take_free & lowest_free[w])
+                                      for w in range(n_ways)),
+                    "ptr": Mux(evict, Cat(ptr[-1], ptr[:-1]), ptr)}
+
+        # The view alone, and the execution's outcome with its hit kept or freed (a way it
+        # filled holds this address when the two addresses are equal).
+        view_case = decide(d_view.bits, d_view.bits & d_match, d_view.ptr)
+        kept_case, freed_case = (decide(bits, Cat(Mux(x_fill[w], d_same_x, bits[w] & d_match[w])
+                                                  for w in range(n_ways)), x_ptr)
+                                 for bits in (x_kept, x_kept_freed))
+        outcome = {key: Mux(d_fwd_decide & freed, freed_case[key],
+                            Mux(d_fwd_decide, kept_case[key], view_case[key]))
+                   for key in view_case}
+        x_evict, x_through, x_big = Signal(), Signal(), Signal()
+        # The execution's selects, a copy for each field they choose: the tag (the filled
+        # way), the count and sum (the hit or filled way), the victim (the filled way).
+        x_new_tag, x_new_sum, x_victim = (Signal(n_ways, name=name, attrs={"keep": 1})
+                                          for name in ("x_new_tag", "x_new_sum", "x_victim"))
+        m.d.sync += [x_new_tag.eq(outcome["fill"]), x_victim.eq(outcome["fill"]),
+                     x_new_sum.eq(outcome["changed"])]
+        m.d.sync += [x_hit_data.eq(outcome["hit"]),
+                     x_hit_any.eq(outcome["hit_any"]), x_fill.eq(outcome["fill"]),
+                     x_fill_snoop.eq(outcome["fill"]),
+                     x_touched.eq(outcome["touched"]),
+                     x_evict.eq(outcome["evict"]), x_through.eq(outcome["through"]),
+                     x_kept.eq(outcome["kept"]), x_kept_data.eq(outcome["kept"]),
+                     x_kept_freed.eq(outcome["kept_freed"]),
+                     x_ptr.eq(outcome["ptr"]), x_ptr_data.eq(outcome["ptr"]),
+                     x_valid.eq(d_valid), x_addr.eq(d_addr), x_value.eq(d_value),
+                     x_big.eq(d_big)]
+
+        # The hit's tests and entry: those of the update ahead's way when it has the same
+        # address and touches a way, else those of the matching valid way of the view.
+        alone = Signal(tests_layout())
+        alone_entry = Signal(ent_layout)
+        for w in range(n_ways):
+            with m.If(d_own["count"][w]):
+                m.d.comb += alone_entry.count.eq(d_view.row[w].count)
+            with m.If(d_own["acc"][w]):
+                m.d.comb += alone_entry.acc.eq(d_view.row[w].acc)
+            with m.If(d_own["tests"][w]):
+                m.d.comb += alone.eq(d_tests[w])
+        # Only the tests against the sum of the update ahead wait for a carry chain; the
+        # others' outcome is chosen from registers first.
+        early = Signal(3)
+        with m.If(d_follows[-1]):
+            m.d.comb += early.eq(outcome_of(d_pair))
+        with m.Elif(d_follows_2):
+            m.d.comb += early.eq(outcome_of(d_tests_2))
+        with m.Else():
+            m.d.comb += early.eq(outcome_of(alone))
+        after = outcome_of(tests(tuple(x_sum_d), d_bounds_2, x_entry.count == p.max_updates - 2))
+        x_keeps = Signal()          # a hit leaves the entry valid
+        x_pushes = Signal()         # a hit writes
+        m.d.sync += Cat(x_keeps, x_pushes, x_stores).eq(Mux(d_follows[-1] & summed, after,
+                                                            early))
+        # The execution's new entry for the way it hits or fills.
+        total = Signal(signed(p.acc_width + 1))
+        new_entry = Signal(ent_layout)
+        m.d.comb += [total.eq(x_entry.acc + x_value),
+                     new_entry.acc.eq(Mux(summed, total, x_value)),
+                     new_entry.count.eq(Mux(summed, x_entry.count + 1, 1))]
+        m.d.sync += x_entry.eq(Mux(d_follows[0], new_entry, alone_entry))
+        m.d.sync += [copy.eq(Mux(follows, new_entry.acc, alone_entry.acc))
+                     for sums, follows in zip((x_sum_c, x_sum_d), d_follows[1:])
+                     for copy in sums]
+
+        # ---- execute ------------------------------------------------------------------------
+        # The hit or filled way takes the new entry; the set's new state (`x_out`) and at
+        # most one write.
+        x_row = Signal(row_layout)
+        for w in range(n_ways):
+            entry, out = x_row[w], x_out.row[w]
             m.d.comb += [
-                keeps[w].eq(overflows | ~(reaches | merged_all | cancels)),
-                out.tag.eq(Mux(alloc[w], x_tag, way.entry.tag)),
-                out.acc.eq(Mux(hit_here & ~overflows, total,
-                               Mux(hit_here | alloc[w], x_value, acc))),
-                out.count.eq(Mux(hit_here & ~overflows, count + 1,
-                                 Mux(hit_here | alloc[w], 1, count))),
-                out_bits[w].eq(Mux(hit_here, keeps[w], way.valid | alloc[w])),
-                hit_push[w].eq(hit_here & (overflows | reaches | (merged_all & ~cancels))),
-                hit_overflow[w].eq(hit_here & overflows),
-                hit_delta[w].eq(Mux(overflows, acc, total)),
+                out.tag.eq(Mux(x_new_tag[w], x_tag, entry.tag)),
+                out.acc.eq(Mux(x_new_sum[w], new_entry.acc, entry.acc)),
+                out.count.eq(Mux(x_new_sum[w], new_entry.count, entry.count)),
+                x_out.bits[w].eq(x_kept_data[w] & ~(x_hit_data[w] & ~x_keeps)),
             ]
-        m.d.comb += out_ptr.eq(Mux(evict & (x_view.ptr != n_ways - 1), x_view.ptr + 1,
-                                   Mux(evict, 0, x_view.ptr)))
+        m.d.comb += [x_out.ptr.eq(x_ptr_data), freed.eq(x_hit_any & ~x_keeps)]
 
-        # The execution's result, committed in the next cycle.
-        m.d.sync += [commit_valid.eq(x_valid), commit.set.eq(x_set), commit.row.eq(out_row),
-                     commit.bits.eq(out_bits), commit.ptr.eq(out_ptr),
-                     older_valid.eq(commit_valid), older.eq(commit)]
-        with m.If(commit_valid):
-            m.d.sync += [valid[commit.set].eq(commit.bits),
-                         victim_ptr[commit.set].eq(commit.ptr)]
-        m.d.comb += [row_write.addr.eq(commit.set), row_write.data.eq(commit.row),
-                     row_write.en.eq(commit_valid)]
+        # The next update's row: the view, or, in the same set, this execution's result.
+        choose_row(x_row, [("x", x_out.row), ("view", d_view.row)], {"x": d_fwd})
 
-        # The next update's view. From the lookup stage, or, in the same set, this execution's
-        # result: a way it changes is loaded with the change, a way it leaves alone holds its
-        # register (the clock enable does the choice, so the loop is a sum, a comparison and
-        # a two-way choice). Tags are compared in the lookup stage, against the next update's
-        # tag; the only tag an execution writes is its own, so the next update matches a way
-        # this one filled exactly when their addresses are equal.
-        for w, way in enumerate(ways):
-            fwd = forward[w]
-            stores_sum, total, count_next = sums[w]
-            hit_here = update & hit[w]
-            with m.If(~fwd):
-                m.d.sync += [way.valid.eq(l_view.ways[w].valid),
-                             way.entry.eq(l_view.ways[w].entry)]
-            with m.Elif(hit_here):
-                m.d.sync += [way.valid.eq(keeps[w]),
-                             way.entry.acc.eq(Mux(stores_sum, total, x_value)),
-                             way.entry.count.eq(Mux(stores_sum, count_next, 1))]
-            with m.Elif(alloc[w]):
-                m.d.sync += [way.valid.eq(1), way.entry.tag.eq(x_tag),
-                             way.entry.acc.eq(x_value), way.entry.count.eq(1)]
-            m.d.sync += way.match.eq(Mux(fwd & alloc[w], same_addr, l_view.ways[w].match))
-        m.d.sync += x_view.ptr.eq(Mux(forward[-1], out_ptr, l_view.ptr))
+        # ---- write-back: the set's new state, and at most one write ------------------------
+        m.d.sync += [commit.eq(x_out), *(copy.eq(x_valid) for copy in commit_valid.values()),
+                     *(copy.eq(x_set) for copy in commit_set.values())]
+        with m.If(commit_valid["ctl"]):
+            m.d.sync += [valid[commit_set["ctl"]].eq(commit.bits),
+                         victim_ptr[commit_set["ctl"]].eq(commit.ptr)]
+        for w in range(n_ways):
+            entry = commit.row[w].as_value()
+            for part, (start, stop) in parts.items():
+                port = way_write[w][part][1]
+                bits = entry[start:stop]
+                m.d.comb += [port.addr.eq(commit_set[f"w{w}"]), port.data.eq(bits),
+                             port.en.eq(commit_valid[f"w{w}"])]
 
-        # ---- write register: at most one write an execution, chosen in the next cycle ----
+        # The write: the value (bypass, written through), the hit's sum (or, when the sum
+        # would overflow, the old sum) or the victim's entry; chosen in the next cycle.
+        hit_push = x_hit_any & x_pushes
         push = Signal()
-        m.d.comb += push.eq(x_valid & (x_big | hit_push.any() | evict | through))
+        m.d.comb += push.eq(x_valid & (x_big | hit_push | x_evict | x_through))
         w_valid = Signal()
-        w_hit = Signal(n_ways)             # the write is way w's sum (else as chosen below)
+        w_sum = Signal()                   # the write is the hit's
         w_evict = Signal()                 # the write is the victim's entry
-        w_deltas = Signal.like(hit_delta)
+        w_delta = Signal(signed(p.acc_width))
         w_victim = Signal(ent_layout)
         w_addr = Signal(p.addr_width)
         w_value = Signal(signed(p.value_width))
         w_set = w_addr[:p.set_bits]
         release = Signal()         # an execution without a write returns its room
         victim_entry = Signal(ent_layout)
-        with m.Switch(x_view.ptr):
-            for w in range(n_ways):
-                with m.Case(w):
-                    m.d.comb += victim_entry.eq(ways[w].entry)
-        m.d.sync += [w_valid.eq(push), w_hit.eq(hit_push), w_evict.eq(evict),
-                     w_deltas.eq(hit_delta), w_victim.eq(victim_entry), w_addr.eq(x_addr),
-                     w_value.eq(x_value), release.eq(x_valid & ~push)]
+        for w in range(n_ways):
+            with m.If(x_victim[w]):
+                m.d.comb += victim_entry.eq(x_row[w])
+        # A flush's scan writes through the same register, in the victim's form, when the
+        # FIFO has room for it (the same credits as the updates').
+        scanning = Signal()        # mode is SCAN
+        scan_room = Signal()       # the FIFO has room for one more write
+        scan_push = Signal()       # the scan has an entry to write (in its last phase)
+        scan_take = Signal()
+        scan_entry = Signal(ent_layout)
+        m.d.comb += scan_take.eq(scanning & scan_push & scan_room)
+        with m.If(scanning):
+            m.d.sync += [w_valid.eq(scan_take), w_sum.eq(0), w_evict.eq(1),
+                         w_victim.eq(scan_entry), w_addr.eq(scan_set)]
+        with m.Else():
+            m.d.sync += [w_valid.eq(push), w_sum.eq(hit_push), w_evict.eq(x_evict),
+                         w_delta.eq(Mux(x_stores, total, x_entry.acc)),
+                         w_victim.eq(victim_entry), w_addr.eq(x_addr), w_value.eq(x_value)]
+        m.d.sync += release.eq(x_valid & ~push)
         w_data = Signal(wb_layout)
         m.d.comb += [w_data.addr.eq(Mux(w_evict, Cat(w_set, w_victim.tag), w_addr)),
-                     w_data.delta.eq(Mux(w_evict, w_victim.acc, w_value))]
-        for w in range(n_ways):
-            with m.If(w_hit[w]):
-                m.d.comb += w_data.delta.eq(w_deltas[w])
-        with m.If(hit_overflow.any()):
+                     w_data.delta.eq(Mux(w_sum, w_delta, Mux(w_evict, w_victim.acc, w_value)))]
+        with m.If(x_hit_any & ~x_stores):
             m.d.sync += overflow.eq(1)
 
         # ---- flush: settle, scan, drain -----------------------------------------------
-        scan_loaded = Signal()     # the row of scan_set is on the read port
+        # The scan reads each set through the read stage, in phases: its number goes to the
+        # read address, its row and valid bits are read, then its valid entries are written.
+        scan_phase = Signal(range(3))
+        # The set's valid bits, read in two steps as the updates' are.
+        scan_candidates = [Signal(n_ways, name=f"scan_bits{h}") for h in range(p.sets >> split_at)]
         scan_pending = Signal(n_ways)
-        scan_push = Signal()
-        scan_wb = Signal(wb_layout)
-        first_pending = Signal(n_ways)
-        for w in range(n_ways):
-            m.d.comb += first_pending[w].eq(scan_pending[w] & ~scan_pending[:w].any()
-                                            if w else scan_pending[0])
+        first_pending = Signal(n_ways, attrs={"keep": 1})   # its lowest bit: written next
+
+        def lowest(bits):
+            return Cat(bits[w] & ~bits[:w].any() if w else bits[0] for w in range(n_ways))
         scan_clear = Signal()      # the scan is over: every valid bit is cleared
         with m.If(scan_clear):
             m.d.sync += [bits.eq(0) for bits in valid]
         m.d.sync += scan_clear.eq(0)
 
         def next_set():
-            m.d.sync += scan_loaded.eq(0)
+            m.d.sync += [scan_phase.eq(0), scan_push.eq(0)]
             with m.If(scan_set == p.sets - 1):
-                m.d.sync += [mode.eq(_Mode.DRAIN), scan_clear.eq(1)]
+                m.d.sync += [mode.eq(_Mode.DRAIN), scanning.eq(0), scan_clear.eq(1)]
             with m.Else():
                 m.d.sync += scan_set.eq(scan_set + 1)
 
-        pop = fifo.r_en & fifo.r_rdy
-        room_next = room - admit + pop + release
-        m.d.sync += room.eq(room_next)
+        in_flight = r_valid | c_valid | d_valid | x_valid | commit_valid["ctl"] | w_valid
+        # A write's room returns the cycle after it leaves the FIFO (from a register, so
+        # that `o_wb.ready` reaches no adder).
+        pop = Signal()
+        delta = Signal(range(-2, 3))         # a table of the four events, not an adder
+        with m.Switch(Cat(pop, release, admit, scan_take)):
+            for events in range(16):
+                with m.Case(events):
+                    m.d.comb += delta.eq((events & 1) + (events >> 1 & 1)
+                                         - (events >> 2 & 1) - (events >> 3 & 1))
+        m.d.sync += [pop.eq(fifo.r_en & fifo.r_rdy), room.eq(room + delta)]
+        # The room is 0 next when it is at most 2 and this cycle's events take all of it
+        # (decided without the sum, whose carry chain would stand between `o_wb.ready` and
+        # `ready`).
+        gives = [~pop & ~release, pop ^ release, pop & release]       # 0, 1, 2 returned
+        takes = [~admit & ~scan_take, admit ^ scan_take, admit & scan_take]
+        full_next = Signal()
+        m.d.comb += full_next.eq(
+            (room == 0) & ((gives[0] & takes[0]) | (gives[1] & takes[1]) | (gives[2] & takes[2]))
+            | (room == 1) & ((gives[0] & takes[1]) | (gives[1] & takes[2]))
+            | (room == 2) & gives[0] & takes[2])
+        m.d.sync += scan_room.eq(~full_next)
         with m.Switch(mode):
             with m.Case(_Mode.RUN):
-                m.d.sync += ready.eq(~self.i_flush & (room_next != 0))
+                m.d.sync += ready.eq(~self.i_flush & ~full_next)
                 with m.If(self.i_flush):
-                    m.d.sync += mode.eq(_Mode.SETTLE)
+                    m.d.sync += [mode.eq(_Mode.SETTLE), flushing.eq(1)]
             with m.Case(_Mode.SETTLE):
-                with m.If(~l_valid & ~x_valid & ~commit_valid & ~w_valid):
-                    m.d.sync += [mode.eq(_Mode.SCAN), scan_set.eq(0), scan_loaded.eq(0)]
+                with m.If(~in_flight):
+                    m.d.sync += [mode.eq(_Mode.SCAN), scanning.eq(1), scan_set.eq(0),
+                                 scan_phase.eq(0)]
             with m.Case(_Mode.SCAN):
-                # A set's valid bits are read with its row and tested a cycle later.
-                with m.If(~scan_loaded):
-                    m.d.sync += [scan_loaded.eq(1), scan_pending.eq(valid[scan_set])]
-                with m.Elif(scan_pending == 0):
+                with m.If(scan_phase == 0):
+                    m.d.sync += scan_phase.eq(1)
+                    for h, candidate in enumerate(scan_candidates):
+                        group = [valid[h << split_at | l] for l in range(1 << split_at)]
+                        m.d.sync += candidate.eq(Array(group)[scan_set[:split_at]])
+                with m.Elif(scan_phase == 1):
+                    loaded = Array(scan_candidates)[scan_set[split_at:]]
+                    m.d.sync += [scan_phase.eq(2), scan_pending.eq(loaded),
+                                 first_pending.eq(lowest(loaded)), scan_push.eq(loaded.any())]
+                with m.Elif(~scan_push):
                     next_set()
                 with m.Else():
-                    m.d.comb += [scan_push.eq(1), scan_wb.delta.eq(0)]
                     for w in range(n_ways):
                         with m.If(first_pending[w]):
-                            m.d.comb += [scan_wb.addr.eq(Cat(scan_set, row_read.data[w].tag)),
-                                         scan_wb.delta.eq(row_read.data[w].acc)]
-                    with m.If(fifo.w_rdy):
-                        m.d.sync += scan_pending.eq(scan_pending & ~first_pending)
-                        with m.If((scan_pending & ~first_pending) == 0):
+                            m.d.comb += scan_entry.eq(c_view.row[w])
+                    with m.If(scan_room):
+                        rest = scan_pending & ~first_pending
+                        m.d.sync += [scan_pending.eq(rest), first_pending.eq(lowest(rest)),
+                                     scan_push.eq(rest.any())]
+                        with m.If(~rest.any()):
                             next_set()
             with m.Case(_Mode.DRAIN):
-                with m.If(fifo.level == 0):
-                    m.d.sync += [mode.eq(_Mode.RUN), room.eq(self.fifo_entries), ready.eq(1)]
+                with m.If(~w_valid & (fifo.level == 0)):
+                    m.d.sync += [mode.eq(_Mode.RUN), flushing.eq(0), room.eq(self.fifo_entries),
+                                 ready.eq(1)]
 
-        m.d.comb += [fifo.w_en.eq(Mux(mode == _Mode.SCAN, scan_push, w_valid)),
-                     fifo.w_data.eq(Mux(mode == _Mode.SCAN, scan_wb, w_data))]
+        m.d.comb += [fifo.w_en.eq(w_valid), fifo.w_data.eq(w_data)]
 
         # ---- burst draining: start at `burst` entries (or during a flush), drain to empty
-        draining = Signal()
+        # `draining` is set from the next level, so the read enable waits on no compare.
+        draining = Signal()        # a burst is under way, or the FIFO holds `burst` entries
         drain_now = Signal()
-        m.d.comb += drain_now.eq(draining | (fifo.level >= p.burst) | (mode != _Mode.RUN))
+        m.d.comb += drain_now.eq(draining | flushing)
         m.d.comb += [self.o_wb.valid.eq(fifo.r_rdy & drain_now),
                      self.o_wb.payload.eq(fifo.r_data),
                      fifo.r_en.eq(self.o_wb.ready & drain_now)]
         level_next = fifo.level + (fifo.w_en & fifo.w_rdy) - (fifo.r_en & fifo.r_rdy)
-        m.d.sync += draining.eq(drain_now & (level_next != 0))
+        m.d.sync += draining.eq((drain_now & (level_next != 0)) | (level_next >= p.burst))
 
-        in_flight = l_valid | x_valid | commit_valid | w_valid
-        m.d.comb += [self.o_flushing.eq(mode != _Mode.RUN),
+        m.d.comb += [self.o_flushing.eq(flushing),
                      self.o_idle.eq((mode == _Mode.RUN) & ~in_flight & ~Cat(valid).any()
                                     & (fifo.level == 0)),
                      self.o_overflow.eq(overflow)]

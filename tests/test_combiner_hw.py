@@ -263,7 +263,7 @@ def test_one_update_per_cycle_when_every_update_writes(fifo_depth):
 
 
 # Cycles from an update's acceptance to its execution, and to its write entering the FIFO.
-EXECUTE = 2
+EXECUTE = 4
 ENQUEUE = EXECUTE + 1
 
 
@@ -332,8 +332,8 @@ def test_overflow_is_written_back_early_and_flagged():
     run = simulate(dut, addr, value, rng=np.random.default_rng(0))
     assert run.writes == [(3, 120), (3, -118)]
     assert run.overflow_cycle == run.accept_cycles[2] + EXECUTE + 1
-    assert run.write_cycles[0] == run.accept_cycles[2] + ENQUEUE + 2, \
-        "burst=1: offered two cycles after the write enters the FIFO"
+    assert run.write_cycles[0] == run.accept_cycles[2] + ENQUEUE + 1, \
+        "burst=1: offered in the cycle after the write enters the FIFO"
     check_against_model(dut, run, addr, value)
 
 
@@ -348,7 +348,7 @@ def test_idle_after_reset_and_flush_of_an_empty_buffer():
         await ctx.tick()
         ctx.set(dut.i_flush, 0)
         seen.append((ctx.get(dut.o_idle), ctx.get(dut.o_flushing)))
-        for _ in range(2 * 2 + 2):
+        for _ in range(2 * 3 + 2):
             await ctx.tick()
         seen.append((ctx.get(dut.o_idle), ctx.get(dut.o_flushing)))
 
@@ -387,7 +387,7 @@ def in_flight_traffic(rng, params, n, *, sets):
     return addr, value
 
 
-@pytest.mark.parametrize("distance", [1, 2, 3, 4])
+@pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
 def test_back_to_back_updates_see_the_one_ahead_in_their_set(config, distance):
     """Accepted every cycle, each update's predecessor in its set is ``distance`` cycles
@@ -402,7 +402,7 @@ def test_back_to_back_updates_see_the_one_ahead_in_their_set(config, distance):
     assert {Cause.EVICT, Cause.FLUSH} <= set(result.cause.tolist())
 
 
-@pytest.mark.parametrize("spacing", [2, 3, 4])
+@pytest.mark.parametrize("spacing", [2, 3, 4, 5, 6])
 @pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
 def test_spaced_updates_to_one_set_see_the_one_ahead(config, spacing):
     """One set, each update offered ``spacing`` cycles after the one before was taken: the
