@@ -265,6 +265,7 @@ class WriteCombiner(wiring.Component):
                                                        depth=self.fifo_entries)
         mode = Signal(_Mode)
         flushing = Signal()        # mode is not RUN
+        scanning = Signal()        # mode is SCAN
         scan_set = Signal(range(p.sets))
         overflow = Signal()
 
@@ -319,18 +320,27 @@ class WriteCombiner(wiring.Component):
         ready = Signal(init=1)
         admit = Signal()
         upd = self.i_upd.payload
-        a_set = split(upd.addr)[0]
+        # An update of the set of the one taken just before is held a cycle (`held`), so
+        # that no two updates of a set are less than two cycles apart in the pipeline.
+        held_valid, held_addr, held_value = stage("held")
+        clash = r_valid & (split(upd.addr)[0] == r_set)
+        src_addr = Mux(held_valid, held_addr, upd.addr)
+        src_value = Mux(held_valid, held_value, upd.value)
+        a_set = split(src_addr)[0]
         m.d.comb += [self.i_upd.ready.eq(ready), admit.eq(self.i_upd.valid & ready)]
-        m.d.sync += [r_valid.eq(admit), r_addr.eq(upd.addr), r_value.eq(upd.value)]
+        m.d.sync += [held_valid.eq(admit & clash), held_addr.eq(upd.addr),
+                     held_value.eq(upd.value)]
+        m.d.sync += [r_valid.eq(admit & ~clash | held_valid), r_addr.eq(src_addr),
+                     r_value.eq(src_value)]
         # The value's bounds for a sum: its tests are acc > high - v or acc < low - v (does
         # not fit), acc >= T - v or acc <= -T - v (reaches the threshold), acc == -v (is 0).
         r_bounds = Signal(bounds_layout(bound))
-        m.d.sync += [r_bounds.hi.eq(high - upd.value), r_bounds.lo.eq(low - upd.value),
-                     r_bounds.zero.eq(-upd.value)]
+        m.d.sync += [r_bounds.hi.eq(high - src_value), r_bounds.lo.eq(low - src_value),
+                     r_bounds.zero.eq(-src_value)]
         if p.threshold is not None:
-            m.d.sync += [r_bounds.up.eq(p.threshold - upd.value),
-                         r_bounds.down.eq(-p.threshold - upd.value)]
-        m.d.sync += [copy.eq(Mux(flushing, scan_set, a_set)) for copy in rd_set.values()]
+            m.d.sync += [r_bounds.up.eq(p.threshold - src_value),
+                         r_bounds.down.eq(-p.threshold - src_value)]
+        m.d.sync += [copy.eq(Mux(scanning, scan_set, a_set)) for copy in rd_set.values()]
         # The read misses the results of the updates now in decide and execute: during the
         # read they execute and commit. Whether they are of this set is decided now.
         r_from_x = field_copies("r_from_x", d_valid & (a_set == d_set))
@@ -428,12 +438,6 @@ class WriteCombiner(wiring.Component):
         # The update now in decide executes while this one decides. When it has the same
         # address and goes to the buffer, this update's hit is in the way that one hits or
         # fills (if it does neither, this update misses too).
-        d_fwd = field_copies("d_fwd", d_valid & (c_set == d_set))
-        d_fwd_decide = copies("d_fwd_decide", d_valid & (c_set == d_set), users=["0"])[0]
-        d_same_x = Signal()
-        m.d.sync += d_same_x.eq(c_addr == d_addr)
-        d_follows = copies("d_follows", d_valid & ~d_big & (c_addr == d_addr),
-                           users=["entry", "entry_c", "entry_d", "tests"])
 
         # The tests of the sum, made on registers, one cycle ahead of their use. The way the
         # update hits holds, before its own sum, the sum of the view, or of the update ahead
@@ -445,9 +449,8 @@ class WriteCombiner(wiring.Component):
         # The hit way's entry before the sum: a copy for the sum, and, for each stage's
         # tests, one for each pair of compare chains.
         x_entry = Signal(ent_layout, attrs={"keep": 1})
-        x_sum_c, x_sum_d = ([Signal(signed(p.acc_width), name=f"x_sum_{stage}_{kind}",
-                                    attrs={"keep": 1}) for kind in ("fit", "reach", "zero")]
-                            for stage in "cd")
+        x_sum_c = [Signal(signed(p.acc_width), name=f"x_sum_c_{kind}", attrs={"keep": 1})
+                   for kind in ("fit", "reach", "zero")]
         x_hit_data = Signal(n_ways, attrs={"keep": 1})
         x_touched = Signal(attrs={"keep": 1})     # the execution hits or fills a way
         x_hit_any = Signal()
@@ -459,8 +462,6 @@ class WriteCombiner(wiring.Component):
             m.d.sync += d_tests[w].eq(tests(entry.acc, c_bounds, entry.count == p.max_updates - 1))
         d_follows_2 = Signal()             # the hit way is the one the update two ahead hit
         d_tests_2 = Signal(tests_layout())
-        d_bounds_2 = Signal(bounds_layout(bound))
-        d_pair = Signal(tests_layout())
         last = Const(p.max_updates == 2)   # a filled entry has merged its last value
         m.d.sync += [
             d_follows_2.eq(from_x & c_same_x & x_touched),
@@ -468,22 +469,14 @@ class WriteCombiner(wiring.Component):
                              tests(tuple(x_sum_c), c_bounds_2,
                                    x_entry.count == p.max_updates - 2),
                              tests(x_value, c_bounds, last))),
-            d_pair.eq(tests(d_value, c_bounds, last))]
-        m.d.sync += [d_bounds_2[name].eq(c_bounds[name] - d_value) for name in BOUNDS]
+        ]
 
         # ---- decide -----------------------------------------------------------------------
         # The hit, the way to fill, eviction and the set's valid bits and pointer after the
         # execution, from registers: the view, or, in the set of the execution under way,
         # its outcome. One bit of that outcome comes late: whether its hit freed the entry
         # (`freed`). Both cases are decided, and `freed` chooses.
-        x_fill = Signal(n_ways, attrs={"keep": 1})
-        # The set's valid bits after the execution if its hit keeps the entry, and its
-        # pointer; a copy of each (`_data`) for the execution's result.
-        x_kept, x_kept_data, x_kept_freed = (Signal(n_ways, name=name, attrs={"keep": 1})
-                                             for name in ("x_kept", "x_kept_data", "x_kept_freed"))
-        x_ptr, x_ptr_data = (Signal(n_ways, name=name, attrs={"keep": 1})
-                             for name in ("x_ptr", "x_ptr_data"))
-        freed = Signal()
+        x_kept_data, x_ptr_data = Signal(n_ways), Signal(n_ways)
 
         def decide(bits, hits, ptr):
             """The outcome for a set with valid ``bits``, valid ways that hold the address
@@ -500,34 +493,24 @@ class WriteCombiner(wiring.Component):
                     "changed": hit | fill, "touched": hit.any() | (take_free & ~full) | evict,
                     "through": take_free & ~d_update_evict & full,
                     "kept": Cat(bits[w] | (take_free & lowest_free[w]) for w in range(n_ways)),
-                    "kept_freed": Cat((bits[w] & ~hit[w]) | (take_free & lowest_free[w])
-                                      for w in range(n_ways)),
                     "ptr": Mux(evict, Cat(ptr[-1], ptr[:-1]), ptr)}
 
         # The view alone, and the execution's outcome with its hit kept or freed (a way it
         # filled holds this address when the two addresses are equal).
-        view_case = decide(d_view.bits, d_view.bits & d_match, d_view.ptr)
-        kept_case, freed_case = (decide(bits, Cat(Mux(x_fill[w], d_same_x, bits[w] & d_match[w])
-                                                  for w in range(n_ways)), x_ptr)
-                                 for bits in (x_kept, x_kept_freed))
-        outcome = {key: Mux(d_fwd_decide & freed, freed_case[key],
-                            Mux(d_fwd_decide, kept_case[key], view_case[key]))
-                   for key in view_case}
+        outcome = decide(d_view.bits, d_view.bits & d_match, d_view.ptr)
         x_evict, x_through, x_big = Signal(), Signal(), Signal()
         # The execution's selects, a copy for each field they choose: the tag (the filled
         # way), the count and sum (the hit or filled way), the victim (the filled way).
         x_new_tag, x_new_sum, x_victim = (Signal(n_ways, name=name, attrs={"keep": 1})
                                           for name in ("x_new_tag", "x_new_sum", "x_victim"))
-        m.d.sync += [x_new_tag.eq(outcome["fill"]), x_victim.eq(outcome["fill"]),
+        m.d.sync += [x_new_tag.eq(outcome["fill"]),
                      x_new_sum.eq(outcome["changed"])]
         m.d.sync += [x_hit_data.eq(outcome["hit"]),
-                     x_hit_any.eq(outcome["hit_any"]), x_fill.eq(outcome["fill"]),
+                     x_hit_any.eq(outcome["hit_any"]),
                      x_fill_snoop.eq(outcome["fill"]),
                      x_touched.eq(outcome["touched"]),
                      x_evict.eq(outcome["evict"]), x_through.eq(outcome["through"]),
-                     x_kept.eq(outcome["kept"]), x_kept_data.eq(outcome["kept"]),
-                     x_kept_freed.eq(outcome["kept_freed"]),
-                     x_ptr.eq(outcome["ptr"]), x_ptr_data.eq(outcome["ptr"]),
+                     x_kept_data.eq(outcome["kept"]), x_ptr_data.eq(outcome["ptr"]),
                      x_valid.eq(d_valid), x_addr.eq(d_addr), x_value.eq(d_value),
                      x_big.eq(d_big)]
 
@@ -545,27 +528,20 @@ class WriteCombiner(wiring.Component):
         # Only the tests against the sum of the update ahead wait for a carry chain; the
         # others' outcome is chosen from registers first.
         early = Signal(3)
-        with m.If(d_follows[-1]):
-            m.d.comb += early.eq(outcome_of(d_pair))
-        with m.Elif(d_follows_2):
+        with m.If(d_follows_2):
             m.d.comb += early.eq(outcome_of(d_tests_2))
         with m.Else():
             m.d.comb += early.eq(outcome_of(alone))
-        after = outcome_of(tests(tuple(x_sum_d), d_bounds_2, x_entry.count == p.max_updates - 2))
         x_keeps = Signal()          # a hit leaves the entry valid
         x_pushes = Signal()         # a hit writes
-        m.d.sync += Cat(x_keeps, x_pushes, x_stores).eq(Mux(d_follows[-1] & summed, after,
-                                                            early))
+        m.d.sync += Cat(x_keeps, x_pushes, x_stores).eq(early)
         # The execution's new entry for the way it hits or fills.
         total = Signal(signed(p.acc_width + 1))
         new_entry = Signal(ent_layout)
-        m.d.comb += [total.eq(x_entry.acc + x_value),
-                     new_entry.acc.eq(Mux(summed, total, x_value)),
+        m.d.comb += [new_entry.acc.eq(Mux(summed, total, x_value)),
                      new_entry.count.eq(Mux(summed, x_entry.count + 1, 1))]
-        m.d.sync += x_entry.eq(Mux(d_follows[0], new_entry, alone_entry))
-        m.d.sync += [copy.eq(Mux(follows, new_entry.acc, alone_entry.acc))
-                     for sums, follows in zip((x_sum_c, x_sum_d), d_follows[1:])
-                     for copy in sums]
+        m.d.sync += [x_entry.eq(alone_entry), total.eq(alone_entry.acc + d_value),
+                     *(copy.eq(alone_entry.acc) for copy in x_sum_c)]
 
         # ---- execute ------------------------------------------------------------------------
         # The hit or filled way takes the new entry; the set's new state (`x_out`) and at
@@ -579,10 +555,10 @@ class WriteCombiner(wiring.Component):
                 out.count.eq(Mux(x_new_sum[w], new_entry.count, entry.count)),
                 x_out.bits[w].eq(x_kept_data[w] & ~(x_hit_data[w] & ~x_keeps)),
             ]
-        m.d.comb += [x_out.ptr.eq(x_ptr_data), freed.eq(x_hit_any & ~x_keeps)]
+        m.d.comb += x_out.ptr.eq(x_ptr_data)
 
         # The next update's row: the view, or, in the same set, this execution's result.
-        choose_row(x_row, [("x", x_out.row), ("view", d_view.row)], {"x": d_fwd})
+        m.d.sync += x_row.eq(d_view.row)
 
         # ---- write-back: the set's new state, and at most one write ------------------------
         m.d.sync += [commit.eq(x_out), *(copy.eq(x_valid) for copy in commit_valid.values()),
@@ -616,21 +592,21 @@ class WriteCombiner(wiring.Component):
         for w in range(n_ways):
             with m.If(x_victim[w]):
                 m.d.comb += victim_entry.eq(x_row[w])
-        # A flush's scan writes through the same register, in the victim's form, when the
-        # FIFO has room for it (the same credits as the updates').
-        scanning = Signal()        # mode is SCAN
+        # A flush's scan takes an entry when the FIFO has room for it (the same credits as
+        # the updates') and writes it as a victim: its row goes down the decide and execute
+        # stages (no update is in flight during a scan) and its way joins the victim's select
+        # when the row reaches execute, so the write register has no second source.
         scan_room = Signal()       # the FIFO has room for one more write
         scan_push = Signal()       # the scan has an entry to write (in its last phase)
         scan_take = Signal()
-        scan_entry = Signal(ent_layout)
+        scan_sent = Signal(n_ways)     # the way taken, as the row enters decide
+        x_scan = Signal()              # the victim in execute is a scanned entry
+        scan_set_d, scan_set_x = Signal.like(scan_set), Signal.like(scan_set)
         m.d.comb += scan_take.eq(scanning & scan_push & scan_room)
-        with m.If(scanning):
-            m.d.sync += [w_valid.eq(scan_take), w_sum.eq(0), w_evict.eq(1),
-                         w_victim.eq(scan_entry), w_addr.eq(scan_set)]
-        with m.Else():
-            m.d.sync += [w_valid.eq(push), w_sum.eq(hit_push), w_evict.eq(x_evict),
-                         w_delta.eq(Mux(x_stores, total, x_entry.acc)),
-                         w_victim.eq(victim_entry), w_addr.eq(x_addr), w_value.eq(x_value)]
+        m.d.sync += [w_valid.eq(push | x_scan), w_sum.eq(hit_push), w_evict.eq(x_evict | x_scan),
+                     w_delta.eq(Mux(x_stores, total, x_entry.acc)),
+                     w_victim.eq(victim_entry), w_addr.eq(Mux(x_scan, scan_set_x, x_addr)),
+                     w_value.eq(x_value)]
         m.d.sync += release.eq(x_valid & ~push)
         w_data = Signal(wb_layout)
         m.d.comb += [w_data.addr.eq(Mux(w_evict, Cat(w_set, w_victim.tag), w_addr)),
@@ -646,6 +622,9 @@ class WriteCombiner(wiring.Component):
         scan_candidates = [Signal(n_ways, name=f"scan_bits{h}") for h in range(p.sets >> split_at)]
         scan_pending = Signal(n_ways)
         first_pending = Signal(n_ways, attrs={"keep": 1})   # its lowest bit: written next
+        m.d.sync += [scan_sent.eq(Mux(scan_take, first_pending, 0)), x_scan.eq(scan_sent.any()),
+                     x_victim.eq(outcome["fill"] | scan_sent),
+                     scan_set_d.eq(scan_set), scan_set_x.eq(scan_set_d)]
 
         def lowest(bits):
             return Cat(bits[w] & ~bits[:w].any() if w else bits[0] for w in range(n_ways))
@@ -661,7 +640,7 @@ class WriteCombiner(wiring.Component):
             with m.Else():
                 m.d.sync += scan_set.eq(scan_set + 1)
 
-        in_flight = r_valid | c_valid | d_valid | x_valid | commit_valid["ctl"] | w_valid
+        in_flight = held_valid | r_valid | c_valid | d_valid | x_valid | commit_valid["ctl"] | w_valid
         # A write's room returns the cycle after it leaves the FIFO (from a register, so
         # that `o_wb.ready` reaches no adder).
         pop = Signal()
@@ -685,7 +664,7 @@ class WriteCombiner(wiring.Component):
         m.d.sync += scan_room.eq(~full_next)
         with m.Switch(mode):
             with m.Case(_Mode.RUN):
-                m.d.sync += ready.eq(~self.i_flush & ~full_next)
+                m.d.sync += ready.eq(~self.i_flush & ~full_next & ~(admit & clash))
                 with m.If(self.i_flush):
                     m.d.sync += [mode.eq(_Mode.SETTLE), flushing.eq(1)]
             with m.Case(_Mode.SETTLE):
@@ -705,9 +684,6 @@ class WriteCombiner(wiring.Component):
                 with m.Elif(~scan_push):
                     next_set()
                 with m.Else():
-                    for w in range(n_ways):
-                        with m.If(first_pending[w]):
-                            m.d.comb += scan_entry.eq(c_view.row[w])
                     with m.If(scan_room):
                         rest = scan_pending & ~first_pending
                         m.d.sync += [scan_pending.eq(rest), first_pending.eq(lowest(rest)),
@@ -715,7 +691,7 @@ class WriteCombiner(wiring.Component):
                         with m.If(~rest.any()):
                             next_set()
             with m.Case(_Mode.DRAIN):
-                with m.If(~w_valid & (fifo.level == 0)):
+                with m.If(~scan_sent.any() & ~x_scan & ~w_valid & (fifo.level == 0)):
                     m.d.sync += [mode.eq(_Mode.RUN), flushing.eq(0), room.eq(self.fifo_entries),
                                  ready.eq(1)]
 
