@@ -15,7 +15,7 @@ from amaranth.lib.wiring import In, Out
 from ..golden.combiner import CombinerParams
 
 __all__ = ["update_layout", "write_layout", "entry_layout", "set_layout", "CREDIT_LOOP",
-           "WriteCombiner"]
+           "HOLD", "paced_cycles", "WriteCombiner"]
 
 
 def update_layout(addr_width, value_width):
@@ -61,6 +61,22 @@ def tests_layout():
 #: FIFO's two registers. The FIFO holds this many entries beyond ``fifo_depth``, so that one
 #: update a clock keeps flowing even when every update writes.
 CREDIT_LOOP = 8
+
+
+#: Cycles an update waits at admission when the update taken just before it is of its set.
+HOLD = 1
+
+
+def paced_cycles(addr, sets):
+    """The cycles, counted from the first, at which updates to ``addr`` are taken when the
+    source offers one every cycle and the FIFO has room: one a cycle, and :data:`HOLD`
+    more after an update of the set of the update taken just before it."""
+    set_of = [int(a) % sets for a in addr]
+    cycles = [0] if set_of else []
+    for k in range(1, len(set_of)):
+        waited = k >= 2 and set_of[k - 1] == set_of[k - 2]
+        cycles.append(cycles[-1] + 1 + HOLD * waited)
+    return cycles
 
 
 class _Mode(enum.Enum, shape=2):

@@ -18,7 +18,8 @@ from amaranth.sim import Simulator
 
 from neuron_fabric.golden import combiner as gc
 from neuron_fabric.golden.combiner import Cause, CombinerParams
-from neuron_fabric.hw.combiner import WriteCombiner, update_layout, write_layout
+from neuron_fabric.hw.combiner import (HOLD, WriteCombiner, paced_cycles, update_layout,
+                                       write_layout)
 
 
 def exact(message):
@@ -239,17 +240,9 @@ def test_every_write_back_cause_is_exercised():
     assert seen == set(Cause)
 
 
-#: Cycles an update waits before its lookup when the update taken just before is of its set.
-HELD = 1
-
-
 def paced(first, addr, params):
-    """The cycles at which a source that offers every cycle sees ``addr`` taken, from
-    ``first``, while the FIFO has room: one update a cycle, and one cycle more after an
-    update of the set of the one taken just before it."""
-    sets = np.asarray(addr) % params.sets
-    held = np.concatenate([[False], sets[1:] == sets[:-1]])
-    return (first + np.concatenate([[0], np.cumsum(1 + HELD * held[:-1])])).tolist()
+    """:func:`paced_cycles` from cycle ``first``."""
+    return [first + cycle for cycle in paced_cycles(addr, params.sets)]
 
 
 def test_one_update_per_cycle_but_after_its_own_set():
@@ -345,8 +338,8 @@ def test_overflow_is_written_back_early_and_flagged():
     value = np.array([100, 20, 10, -128])
     run = simulate(dut, addr, value, rng=np.random.default_rng(0))
     assert run.writes == [(3, 120), (3, -118)]
-    assert run.overflow_cycle == run.accept_cycles[2] + HELD + EXECUTE + 1
-    assert run.write_cycles[0] == run.accept_cycles[2] + HELD + ENQUEUE + 1, \
+    assert run.overflow_cycle == run.accept_cycles[2] + HOLD + EXECUTE + 1
+    assert run.write_cycles[0] == run.accept_cycles[2] + HOLD + ENQUEUE + 1, \
         "burst=1: offered in the cycle after the write enters the FIFO"
     check_against_model(dut, run, addr, value)
 
