@@ -221,9 +221,14 @@ def combiner(report):
     seed = [r for r in rows if r["stream"] == "seed phases" and plain(r)]
     if seed:
         text += f"; the seed design's phases {seed[0]['byte_reduction']:.2f}x"
-    rates = [t["updates_per_cycle"] for t in report.get("throughput", [])]
-    if rates:
-        text += f"; the hardware block takes {min(rates):.2f} update a cycle on these streams"
+    throughput = report.get("throughput", [])
+    traces = [t["updates_per_cycle"] for t in throughput if t["stream"] != "seed phases"]
+    seed = [t["updates_per_cycle"] for t in throughput if t["stream"] == "seed phases"]
+    if traces:
+        text += f"; the hardware block takes {min(traces):.3f} update a cycle on the traces"
+    if seed:
+        text += f" and {seed[0]:.3f} on the seed's phases" if traces else \
+            f"; the hardware block takes {seed[0]:.3f} update a cycle on the seed's phases"
     return text
 
 

@@ -10,6 +10,7 @@ from ..golden.params import PRESETS, FabricParams
 from ..golden.regmap import register_map
 from ..hw import sign_count, ternary_gate
 from ..hw.axi_controller import AxiController
+from ..hw.combiner import WriteCombiner
 from ..hw.controller import TILE_LANES, Controller
 from ..hw.passthrough import Fp32Passthrough
 from .axi import AXI_OUTPUTS, AxiSpec
@@ -17,8 +18,8 @@ from .blocks import CSRSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
 from .controller import ControllerSpec
 from .runner import Proof
 
-__all__ = ["block_proofs", "controller_proofs", "axi_proofs", "bug_proofs", "all_proofs",
-           "ProofParams", "PROOF_PARAMS"]
+__all__ = ["block_proofs", "controller_proofs", "axi_proofs", "combiner_proofs", "bug_proofs",
+           "all_proofs", "ProofParams", "PROOF_PARAMS"]
 
 class ProofParams(FabricParams):
     """A :class:`FabricParams` whose line may be narrower than a CXL line: a multiple of 8
@@ -203,6 +204,16 @@ def axi_proofs():
     ]
 
 
+#: The write combiner at its defaults, for its output's transfer rule.
+COMBINER_CONFIG = "defaults: 32 sets x 4 ways"
+
+
+def combiner_proofs():
+    """The write combiner's output: its ``valid`` never waits on ``ready``."""
+    return [Proof("combiner_valid_ignores_ready", "handshake", COMBINER_CONFIG, "netlist", 0,
+                  WriteCombiner, quick=True, streams=("o_wb",))]
+
+
 def bug_proofs():
     """Each planted bug under the proof that catches it: each must fail."""
     sign = PRESETS["small"]
@@ -237,4 +248,5 @@ def bug_proofs():
 
 def all_proofs():
     """Every proof, in the order the report lists them."""
-    return block_proofs() + controller_proofs() + axi_proofs() + bug_proofs()
+    return (block_proofs() + controller_proofs() + axi_proofs() + combiner_proofs()
+            + bug_proofs())

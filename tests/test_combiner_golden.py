@@ -366,6 +366,8 @@ def test_evaluation_writes_its_report(traces, tmp_path, capsys, monkeypatch):
     # the hardware block's rate on the seed's phases and a head of each lock-step stream
     assert {t["stream"] for t in report["throughput"]} == streams
     for t in report["throughput"]:
-        assert t["updates_per_cycle"] == 1.0 and t["cycles"] == t["updates"] > 0
+        assert t["cycles"] == t["paced_cycles"] >= t["updates"] > 0
+        if t["stream"] != "seed phases":     # a stream that walks the addresses never waits
+            assert t["updates_per_cycle"] == 1.0
     assert "updates per cycle" in markdown
     assert "wrote" in capsys.readouterr().out

@@ -18,7 +18,8 @@ from amaranth.sim import Simulator
 
 from neuron_fabric.golden import combiner as gc
 from neuron_fabric.golden.combiner import Cause, CombinerParams
-from neuron_fabric.hw.combiner import WriteCombiner, update_layout, write_layout
+from neuron_fabric.hw.combiner import (HOLD, WriteCombiner, paced_cycles, update_layout,
+                                       write_layout)
 
 
 def exact(message):
@@ -239,13 +240,19 @@ def test_every_write_back_cause_is_exercised():
     assert seen == set(Cause)
 
 
-def test_one_update_per_cycle_without_backpressure():
+def paced(first, addr, params):
+    """:func:`paced_cycles` from cycle ``first``."""
+    return [first + cycle for cycle in paced_cycles(addr, params.sets)]
+
+
+def test_one_update_per_cycle_but_after_its_own_set():
     dut = WriteCombiner(addr_width=8, value_width=8, sets=4, ways=2, threshold=50,
                         max_updates=5, fifo_depth=4, burst=1)
     rng = np.random.default_rng(5)
     addr, value = traffic(rng, dut.params, 200)
     run = simulate(dut, addr, value, rng=rng, final_flush=True)
-    assert run.accept_cycles == list(range(run.accept_cycles[0], run.accept_cycles[0] + 200))
+    assert run.accept_cycles == paced(run.accept_cycles[0], addr, dut.params)
+    assert len(set(np.diff(run.accept_cycles))) == 2, "both paces are seen"
     check_against_model(dut, run, addr, value)
 
 
@@ -263,7 +270,7 @@ def test_one_update_per_cycle_when_every_update_writes(fifo_depth):
 
 
 # Cycles from an update's acceptance to its execution, and to its write entering the FIFO.
-EXECUTE = 2
+EXECUTE = 4
 ENQUEUE = EXECUTE + 1
 
 
@@ -282,7 +289,7 @@ def test_full_fifo_stalls_the_input_and_nothing_is_lost():
     # is left, the hits pass at the pace of their room's return, the next miss takes the
     # last entry and the one after it waits for downstream
     first_stall = entries + 11
-    assert run.accept_cycles[:entries] == list(range(entries))
+    assert run.accept_cycles[:entries] == paced(0, addr[:entries], dut.params)
     assert run.accept_cycles[first_stall - 1] < 100
     assert run.accept_cycles[first_stall] >= 100
     assert run.write_cycles[0] == 100
@@ -331,9 +338,9 @@ def test_overflow_is_written_back_early_and_flagged():
     value = np.array([100, 20, 10, -128])
     run = simulate(dut, addr, value, rng=np.random.default_rng(0))
     assert run.writes == [(3, 120), (3, -118)]
-    assert run.overflow_cycle == run.accept_cycles[2] + EXECUTE + 1
-    assert run.write_cycles[0] == run.accept_cycles[2] + ENQUEUE + 2, \
-        "burst=1: offered two cycles after the write enters the FIFO"
+    assert run.overflow_cycle == run.accept_cycles[2] + HOLD + EXECUTE + 1
+    assert run.write_cycles[0] == run.accept_cycles[2] + HOLD + ENQUEUE + 1, \
+        "burst=1: offered in the cycle after the write enters the FIFO"
     check_against_model(dut, run, addr, value)
 
 
@@ -348,7 +355,7 @@ def test_idle_after_reset_and_flush_of_an_empty_buffer():
         await ctx.tick()
         ctx.set(dut.i_flush, 0)
         seen.append((ctx.get(dut.o_idle), ctx.get(dut.o_flushing)))
-        for _ in range(2 * 2 + 2):
+        for _ in range(2 * 3 + 2):
             await ctx.tick()
         seen.append((ctx.get(dut.o_idle), ctx.get(dut.o_flushing)))
 
@@ -387,22 +394,23 @@ def in_flight_traffic(rng, params, n, *, sets):
     return addr, value
 
 
-@pytest.mark.parametrize("distance", [1, 2, 3, 4])
+@pytest.mark.parametrize("distance", [1, 2, 3, 4, 5, 6])
 @pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
 def test_back_to_back_updates_see_the_one_ahead_in_their_set(config, distance):
-    """Accepted every cycle, each update's predecessor in its set is ``distance`` cycles
-    ahead: 1 is still executing, 2 has just written its set, 3 and 4 are in memory."""
+    """Offered every cycle, each update's predecessor in its set is ``distance`` updates
+    ahead. When the update is read, its predecessor is deciding (2, and 1 after its cycle
+    held), executing (3), being written back (4) or in memory (5 and more; 5 wraps around
+    the four sets, so that some predecessors are 1 ahead)."""
     dut = WriteCombiner(**IN_FLIGHT_CONFIGS[config])
     rng = np.random.default_rng(distance)
     addr, value = in_flight_traffic(rng, dut.params, 240, sets=distance)
     run = simulate(dut, addr, value, rng=rng)
-    assert run.accept_cycles[:200] == list(range(run.accept_cycles[0],
-                                                 run.accept_cycles[0] + 200))
+    assert run.accept_cycles[:200] == paced(run.accept_cycles[0], addr, dut.params)[:200]
     result = check_against_model(dut, run, addr, value)
     assert {Cause.EVICT, Cause.FLUSH} <= set(result.cause.tolist())
 
 
-@pytest.mark.parametrize("spacing", [2, 3, 4])
+@pytest.mark.parametrize("spacing", [2, 3, 4, 5, 6])
 @pytest.mark.parametrize("config", IN_FLIGHT_CONFIGS)
 def test_spaced_updates_to_one_set_see_the_one_ahead(config, spacing):
     """One set, each update offered ``spacing`` cycles after the one before was taken: the
