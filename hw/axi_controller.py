@@ -65,10 +65,11 @@ class AxiController(wiring.Component):
         self._controller = Controller(params=params, tile_lanes=tile_lanes, max_reads=max_reads,
                                       buffer_depth=buffer_depth, cells=cells)
         self.params, self.regmap = params, self._controller.regmap
-        # One request a clock keeps the controller's pipeline, the data port's item buffer,
-        # its head tag and its R stage busy; beyond that, responses are waiting to leave
-        # and the next request may wait too.
-        in_flight = LATENCY + 3
+        # One request a clock keeps the controller's pipeline, the data port's item and
+        # request buffers, its head tag and its R stage busy, and the tag FIFO keeps two
+        # entries back (its room is a register); beyond that, responses are waiting to
+        # leave and the next request may wait too.
+        in_flight = LATENCY + 6
         if max_requests is None:
             max_requests = 1 << (in_flight - 1).bit_length()
         self._adapters = {

@@ -81,11 +81,13 @@ class AxiDataPort(wiring.Component):
     **Throughput**: one request a clock; AW and AR take turns at the one burst held
     (writes and reads waiting alike alternate by burst). **Latency**: a cycle on the way in
     (items wait in a :class:`~.skid_buffer.SkidBuffer` between the bursts and the
-    controller, so the controller's ``ready`` reaches no burst counter), and a cycle on R
+    join with W, so W reaches no burst counter), one on the way out (requests wait in
+    another between the join and the controller, so the controller's ``ready`` reaches
+    only that buffer's pointers and flags), and a cycle on R
     (RVALID, RDATA and the rest leave from a register stage). **Order**: responses leave in
     the order the requests were taken, whatever their IDs (AXI asks it only of one ID), so
     a stalled R holds B behind it and the reverse. A write burst's items wait at the
-    buffer's head for their W beats, reads behind them too. At most ``max_requests``
+    buffer's head for their W beats, reads behind them too. At most ``max_requests - 1``
     requests are unanswered. An INCR burst's line address counts within its 4 KB page, as
     AXI keeps a burst inside one.
     Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
@@ -102,8 +104,10 @@ class AxiDataPort(wiring.Component):
     worker_from : WorkerFrom or str
         ``"address"`` (default) or ``"id"``; with ``"id"``, ``id_width`` must hold a worker id.
     max_requests : int
-        Requests unanswered at most (a power of two, 4 to 1024); cover the controller's
-        latency and this port's three registers for one request a clock.
+        Entries of the tag FIFO (a power of two, 4 to 1024): one fewer requests are
+        unanswered at most, and the join waits while fewer than two are free a cycle
+        before. For one request a clock, cover the controller's latency, this port's four
+        registers and those two entries.
 
     Members
     -------
@@ -169,12 +173,17 @@ class AxiDataPort(wiring.Component):
         # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
         tags = m.submodules.tags = SyncFIFOBuffered(
             width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
-        # Items wait in a skid buffer between the bursts and the controller, so no path
-        # runs from the controller's admission into the burst counters, or back.
+        # Items wait in a skid buffer between the bursts and the join with W, so no path
+        # runs from W into the burst counters; requests wait in another between the join
+        # and the controller, so the controller's admission reaches only that buffer's
+        # pointers and flags, and nothing of the join, the W channel or the tags.
         item = item_layout(params=self.params, id_width=self.id_width)
         m.submodules.items = items = SkidBuffer(item)
+        m.submodules.requests = requests = SkidBuffer(self.o_req.payload.shape(),
+                                                      group_bits=ZERO_GROUP_BITS)
+        wiring.connect(m, requests.o, wiring.flipped(self.o_req))
         self._bursts(m, items.i)
-        self._join(m, items.o, tags)
+        self._join(m, items.o, requests.i, tags)
         self._answers(m, tags)
         return m
 
@@ -237,14 +246,21 @@ class AxiDataPort(wiring.Component):
                 burst.per_beat.eq(per_beat), burst.refused.eq(refused),
             ]
 
-    def _join(self, m, items, tags):
+    def _join(self, m, items, req, tags):
         """An item leaves for the controller (a write with its W beat) or, refused, goes
-        straight to the answers; either way its tag goes in, in order."""
-        axi, req = self.s_axi, self.o_req
+        straight to the answers; either way its tag goes in, in order. An item leaves only
+        while the request buffer and the tag FIFO have room, refused or not, so that its
+        W beat's WSTRB reaches what goes in, never whether it goes."""
+        axi = self.s_axi
         head = items.payload
         native = head.tag.native & (head.tag.read | axi.wstrb.all())
-        joinable = items.valid & (head.tag.read | axi.wvalid) & tags.w_rdy
-        advance = joinable & (~native | req.ready)
+        # Room for a tag, from a register, so that the FIFO's level never reaches the join:
+        # room for two a cycle ago (a tag at most goes in a clock), or room kept while no tag
+        # went in. It stays while an item waits, and so does the request's `valid`.
+        tag_room = Signal()
+        joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
+        advance = joinable & req.ready
+        m.d.sync += tag_room.eq((tags.level < self.max_requests - 2) | (tag_room & ~advance))
         tag = Signal.like(head.tag)
         m.d.comb += [
             req.valid.eq(joinable & native),
