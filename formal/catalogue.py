@@ -176,9 +176,9 @@ AXI_CONFIG = f"{PROOF_CONFIG}, 2-bit AXI IDs, 4 tags"
 #: Depth of the AXI channel rules' bounded check: refused bursts are answered within it
 #: (B and RLAST by step 6); step 11 took the solver more than half an hour.
 AXI_DEPTH = 11
-#: Depth of their covers: a two-beat write burst's B through the memory at step 14, a
-#: two-beat read burst's last beat at step 16.
-AXI_COVER_DEPTH = 17
+#: Depth of their covers: a two-beat write burst's B through the memory at step 13, a
+#: two-beat read burst's last beat at step 15.
+AXI_COVER_DEPTH = 16
 
 
 def _axi_top():

@@ -18,13 +18,10 @@ from ..golden.params import ADDR_BITS
 from ..golden.validate import check_int
 
 __all__ = ["Resp", "Burst", "WorkerFrom", "Axi4Signature", "AxiLiteSignature",
-           "data_address_layout", "status_resp", "line_size", "LEN_BITS", "GROUP_BITS"]
+           "data_address_layout", "status_resp", "line_size", "LEN_BITS"]
 
 #: Width of AxLEN: a burst is 1 to 256 beats.
 LEN_BITS = 8
-#: Line bits whose flip-flops and choices one copy of a control flip-flop drives in the
-#: adapters' line-wide buffers (their pointers, the padding flag).
-GROUP_BITS = 16
 
 
 class Resp(enum.IntEnum):

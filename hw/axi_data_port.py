@@ -9,14 +9,17 @@ from amaranth.lib.wiring import In, Out
 from ..golden.controller import Op, Status
 from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.validate import check_int
-from .axi import (GROUP_BITS, LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom,
-                  data_address_layout, line_size, status_resp)
+from .axi import (LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom, data_address_layout,
+                  line_size, status_resp)
 from .lane_logic import KEEP
 from .layouts import request_layout, response_layout
 from .skid_buffer import SkidBuffer
 
-__all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "PAGE_BITS"]
+__all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GROUP_BITS",
+           "PAGE_BITS"]
 
+#: Line bits whose padding zeros one copy of the padding flag drives.
+ZERO_GROUP_BITS = 64
 #: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
 PAGE_BITS = 12
 
@@ -178,12 +181,12 @@ class AxiDataPort(wiring.Component):
         item = item_layout(params=self.params, id_width=self.id_width)
         m.submodules.items = items = SkidBuffer(item)
         m.submodules.requests = requests = SkidBuffer(self.o_req.payload.shape(),
-                                                      group_bits=GROUP_BITS)
+                                                      group_bits=ZERO_GROUP_BITS)
         wiring.connect(m, requests.o, wiring.flipped(self.o_req))
         # Responses wait in a third, so the controller's response pop starts at a
         # flip-flop, as on the native top, and R and B leave from its entries.
         m.submodules.responses = responses = SkidBuffer(self.i_resp.payload.shape(),
-                                                        group_bits=GROUP_BITS)
+                                                        group_bits=ZERO_GROUP_BITS)
         wiring.connect(m, wiring.flipped(self.i_resp), responses.i)
         self._bursts(m, items.i)
         self._join(m, items.o, requests.i, tags)
@@ -289,15 +292,15 @@ class AxiDataPort(wiring.Component):
 
         # A padding beat carries zeros, not whatever line waits in the response buffer
         # (another request's): RDATA is chosen against zero in the LUT that picks the
-        # buffer's entry. Each group of GROUP_BITS line bits has its own copy of the
+        # buffer's entry. Each group of ZERO_GROUP_BITS line bits has its own copy of the
         # padding flag, as of the buffer's pointers, so no one net reaches every line bit.
-        groups = range(-(-self.params.line_bits // GROUP_BITS))
+        groups = range(-(-self.params.line_bits // ZERO_GROUP_BITS))
         zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP) for g in groups)
         padding_next = Signal()
         m.d.comb += padding_next.eq(padding)
         m.d.sync += [padding.eq(padding_next), zeroed.eq(padding_next.replicate(len(zeroed)))]
         for g in groups:
-            bits = slice(g * GROUP_BITS, (g + 1) * GROUP_BITS)
+            bits = slice(g * ZERO_GROUP_BITS, (g + 1) * ZERO_GROUP_BITS)
             m.d.comb += axi.rdata[bits].eq(Mux(zeroed[g], 0, resp.payload.data[bits]))
 
         with m.If(tags.r_rdy & head.read & draining):

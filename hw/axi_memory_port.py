@@ -6,9 +6,8 @@ from amaranth.lib.wiring import In, Out
 
 from ..golden.params import ADDR_BITS
 from ..golden.validate import check_int
-from .axi import GROUP_BITS, Axi4Signature, Burst, line_size
+from .axi import Axi4Signature, Burst, line_size
 from .layouts import mem_request_layout
-from .skid_buffer import SkidBuffer
 
 __all__ = ["AxiMemoryPort"]
 
@@ -28,9 +27,8 @@ class AxiMemoryPort(wiring.Component):
     out only when no write waits for its B, and a write only when no read waits for its
     data: runs of reads and runs of writes each flow at one per clock, and a change of
     direction waits for the memory's answers. At most ``max_writes`` writes wait for B and
-    ``max_reads`` reads for data. **Latency**: 1 cycle: requests wait in a
-    :class:`~.skid_buffer.SkidBuffer`, whose ``valid`` AWVALID, WVALID and ARVALID follow,
-    so that AWREADY, WREADY and ARREADY never reach the controller's memory pop. **Backpressure**: AWREADY, WREADY and ARREADY hold the request;
+    ``max_reads`` reads for data. **Latency**: 0 cycles; AWVALID, WVALID and ARVALID follow
+    the request's ``valid``. **Backpressure**: AWREADY, WREADY and ARREADY hold the request;
     ``o_data.ready`` is RREADY; BREADY is always high.
 
     Parameters
@@ -73,12 +71,7 @@ class AxiMemoryPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # Requests wait in a skid buffer, so the subordinate's readies and the direction
-        # rule reach only its pointers and flags, never the controller's memory pop.
-        m.submodules.requests = requests = SkidBuffer(self.i_req.payload.shape(),
-                                                      group_bits=GROUP_BITS)
-        wiring.connect(m, wiring.flipped(self.i_req), requests.i)
-        req, axi = requests.o, self.m_axi
+        req, axi = self.i_req, self.m_axi
         size = line_size(self.line_bits)
         writes = Signal(range(self.max_writes + 1))     # waiting for B
         reads = Signal(range(self.max_reads + 1))       # waiting for data

@@ -38,12 +38,10 @@ def run_requests(requests, *, seed, pause, latency=(1, 12), max_writes=4, max_re
                pause=pause)
     memory, events, most = {}, [], {"writes": 0, "reads": 0}
     reads = sum(1 for write, _, _ in requests if not write)
-    writes = len(requests) - reads
 
     async def bench(ctx):
         cycle, paired, last_read = 0, 0, 0
-        while (req.queue or req.holding or len(data.beats) < reads or paired < writes
-               or events or not b.idle):
+        while req.queue or req.holding or len(data.beats) < reads or events or not b.idle:
             assert cycle < 20_000, "the requests did not finish in 20,000 cycles"
             await step(ctx, [req, data, aw, w, ar, b, r])
             cycle += 1
@@ -112,38 +110,6 @@ def test_runs_of_writes_and_of_reads_overlap_up_to_their_limits():
     returned, memory, most = run_requests(requests, seed=9, pause=0.0, latency=(8, 9))
     assert (returned, memory) == expected(requests)
     assert most == {"writes": 4, "reads": 4}
-
-
-def test_the_memorys_readies_move_nothing_of_the_requests_ready():
-    """Writes and reads offered back to back, AWREADY, WREADY and ARREADY toggled within
-    each cycle: the request's ``ready`` does not follow them (it is the request buffer's
-    flip-flop, as the controller's memory pop needs)."""
-    dut = AxiMemoryPort(line_bits=LINE_BITS, max_writes=4, max_reads=4)
-    axi, req = dut.m_axi, dut.i_req
-    readies = [axi.awready, axi.wready, axi.arready]
-    seen = []
-
-    async def bench(ctx):
-        for cycle in range(30):
-            ctx.set(req.valid, 1)
-            ctx.set(req.payload.write, (cycle // 3) % 2)
-            ctx.set(req.payload.addr, cycle)
-            answers = []
-            for value in (0, 1, 0):
-                for ready in readies:
-                    ctx.set(ready, value)
-                answers.append(ctx.get(req.ready))
-            assert answers[0] == answers[1] == answers[2], f"cycle {cycle}: {answers}"
-            seen.append(answers[0])
-            for k, ready in enumerate(readies):
-                ctx.set(ready, (cycle + k) % 3 != 0)
-            await ctx.tick()
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    assert any(seen) and not all(seen)     # requests taken, and held back at times
 
 
 @pytest.mark.parametrize("kwargs,error,message", [
