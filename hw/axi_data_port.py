@@ -18,7 +18,7 @@ from .skid_buffer import SkidBuffer
 __all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GROUP_BITS",
            "PAGE_BITS"]
 
-#: Line bits whose padding zeros one copy of the padding flag drives.
+#: Line bits that one copy of the padding flag, and of a line-wide buffer's pointers, drives.
 ZERO_GROUP_BITS = 64
 #: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
 PAGE_BITS = 12
@@ -93,8 +93,8 @@ class AxiDataPort(wiring.Component):
     AXI keeps a burst inside one.
     Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
     held or as its last item leaves; WREADY only for a beat that is taken; BVALID, RVALID
-    and their payloads from registers and the head tag, held until taken; one B a write burst, with its last beat; RLAST on a
-    read burst's last beat.
+    and their payloads from the response buffer and the head tag, held until taken; one B
+    a write burst, with its last beat; RLAST on a read burst's last beat.
 
     Parameters
     ----------

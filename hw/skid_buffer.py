@@ -17,7 +17,8 @@ class SkidBuffer(wiring.Component):
     Two entries, written in turn, read in turn; the output's payload is the entry the read
     pointer names. The entry the write pointer names loads the input's payload while one
     is free, taken or not, so its enable starts at flip-flops; only the pointers and the
-    two flags (four flip-flops) see a transfer. So the output's ``ready`` reaches the read
+    flags (four flip-flops, and a copy of the pointers and the free flag a group) see a
+    transfer. So the output's ``ready`` reaches the read
     pointer and the flags, never the payload's flip-flops, and the input's ``valid`` never
     reaches them either.
 
