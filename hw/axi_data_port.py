@@ -18,7 +18,7 @@ from .skid_buffer import SkidBuffer
 __all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GROUP_BITS",
            "PAGE_BITS"]
 
-#: Line bits whose padding zeros one copy of the padding flag drives.
+#: Line bits that one copy of the padding flag, and of a line-wide buffer's pointers, drives.
 ZERO_GROUP_BITS = 64
 #: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
 PAGE_BITS = 12
@@ -79,19 +79,22 @@ class AxiDataPort(wiring.Component):
     refused read burst's beats are zero lines, after a cycle.
 
     **Throughput**: one request a clock; AW and AR take turns at the one burst held
-    (writes and reads waiting alike alternate by burst). **Latency**: a cycle on the way in
-    (items wait in a :class:`~.skid_buffer.SkidBuffer` between the bursts and the
-    controller, so the controller's ``ready`` reaches no burst counter), and a cycle on R
-    (RVALID, RDATA and the rest leave from a register stage). **Order**: responses leave in
+    (writes and reads waiting alike alternate by burst). **Latency**: three cycles, one a
+    :class:`~.skid_buffer.SkidBuffer`: items wait in one between the bursts and the join
+    with W, so W reaches no burst counter; requests in one between the join and the
+    controller, so the controller's ``ready`` reaches only that buffer's pointers and
+    flags; responses in one between the controller and R and B, so that RREADY and BREADY
+    never reach the controller's response pop, and R leaves from its entries through a
+    LUT a bit that zeros a padding beat. **Order**: responses leave in
     the order the requests were taken, whatever their IDs (AXI asks it only of one ID), so
     a stalled R holds B behind it and the reverse. A write burst's items wait at the
-    buffer's head for their W beats, reads behind them too. At most ``max_requests``
+    buffer's head for their W beats, reads behind them too. At most ``max_requests - 1``
     requests are unanswered. An INCR burst's line address counts within its 4 KB page, as
     AXI keeps a burst inside one.
     Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
     held or as its last item leaves; WREADY only for a beat that is taken; BVALID, RVALID
-    and their payloads held until taken; one B a write burst, with its last beat; RLAST on a
-    read burst's last beat.
+    and their payloads from the response buffer and the head tag, held until taken; one B
+    a write burst, with its last beat; RLAST on a read burst's last beat.
 
     Parameters
     ----------
@@ -102,8 +105,10 @@ class AxiDataPort(wiring.Component):
     worker_from : WorkerFrom or str
         ``"address"`` (default) or ``"id"``; with ``"id"``, ``id_width`` must hold a worker id.
     max_requests : int
-        Requests unanswered at most (a power of two, 4 to 1024); cover the controller's
-        latency and this port's three registers for one request a clock.
+        Entries of the tag FIFO (a power of two, 4 to 1024): one fewer requests are
+        unanswered at most, and the join waits while fewer than two are free a cycle
+        before. For one request a clock, cover the controller's latency, this port's three
+        buffers, its head tag and those two entries.
 
     Members
     -------
@@ -169,13 +174,23 @@ class AxiDataPort(wiring.Component):
         # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
         tags = m.submodules.tags = SyncFIFOBuffered(
             width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
-        # Items wait in a skid buffer between the bursts and the controller, so no path
-        # runs from the controller's admission into the burst counters, or back.
+        # Items wait in a skid buffer between the bursts and the join with W, so no path
+        # runs from W into the burst counters; requests wait in another between the join
+        # and the controller, so the controller's admission reaches only that buffer's
+        # pointers and flags, and nothing of the join, the W channel or the tags.
         item = item_layout(params=self.params, id_width=self.id_width)
         m.submodules.items = items = SkidBuffer(item)
+        m.submodules.requests = requests = SkidBuffer(self.o_req.payload.shape(),
+                                                      group_bits=ZERO_GROUP_BITS)
+        wiring.connect(m, requests.o, wiring.flipped(self.o_req))
+        # Responses wait in a third, so the controller's response pop starts at a
+        # flip-flop, as on the native top, and R and B leave from its entries.
+        m.submodules.responses = responses = SkidBuffer(self.i_resp.payload.shape(),
+                                                        group_bits=ZERO_GROUP_BITS)
+        wiring.connect(m, wiring.flipped(self.i_resp), responses.i)
         self._bursts(m, items.i)
-        self._join(m, items.o, tags)
-        self._answers(m, tags)
+        self._join(m, items.o, requests.i, tags)
+        self._answers(m, responses.o, tags)
         return m
 
     def _bursts(self, m, items):
@@ -237,14 +252,21 @@ class AxiDataPort(wiring.Component):
                 burst.per_beat.eq(per_beat), burst.refused.eq(refused),
             ]
 
-    def _join(self, m, items, tags):
+    def _join(self, m, items, req, tags):
         """An item leaves for the controller (a write with its W beat) or, refused, goes
-        straight to the answers; either way its tag goes in, in order."""
-        axi, req = self.s_axi, self.o_req
+        straight to the answers; either way its tag goes in, in order. An item leaves only
+        while the request buffer and the tag FIFO have room, refused or not, so that its
+        W beat's WSTRB reaches what goes in, never whether it goes."""
+        axi = self.s_axi
         head = items.payload
         native = head.tag.native & (head.tag.read | axi.wstrb.all())
-        joinable = items.valid & (head.tag.read | axi.wvalid) & tags.w_rdy
-        advance = joinable & (~native | req.ready)
+        # Room for a tag, from a register, so that the FIFO's level never reaches the join:
+        # room for two a cycle ago (a tag at most goes in a clock), or room kept while no tag
+        # went in. It stays while an item waits, and so does the request's `valid`.
+        tag_room = Signal()
+        joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
+        advance = joinable & req.ready
+        m.d.sync += tag_room.eq((tags.level < self.max_requests - 2) | (tag_room & ~advance))
         tag = Signal.like(head.tag)
         m.d.comb += [
             req.valid.eq(joinable & native),
@@ -256,8 +278,8 @@ class AxiDataPort(wiring.Component):
             tags.w_en.eq(advance), tags.w_data.eq(tag),
         ]
 
-    def _answers(self, m, tags):
-        axi, resp = self.s_axi, self.i_resp
+    def _answers(self, m, resp, tags):
+        axi = self.s_axi
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
         sent = Signal(LEN_BITS)     # R beats of the head's request sent
@@ -268,33 +290,18 @@ class AxiDataPort(wiring.Component):
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
 
-        # R leaves from a register stage, loaded while it is empty or taken. A padding beat
-        # carries zeros, not whatever line waits at the controller's output (another
-        # request's): the stage's data flip-flops load zeros then, by their synchronous
-        # reset. Each group of ZERO_GROUP_BITS line bits has its own copies of the padding
-        # flag and of RVALID, so no one net reaches every line bit.
+        # A padding beat carries zeros, not whatever line waits in the response buffer
+        # (another request's): RDATA is chosen against zero in the LUT that picks the
+        # buffer's entry. Each group of ZERO_GROUP_BITS line bits has its own copy of the
+        # padding flag, as of the buffer's pointers, so no one net reaches every line bit.
         groups = range(-(-self.params.line_bits // ZERO_GROUP_BITS))
         zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP) for g in groups)
-        r_full = Cat(Signal(name=f"rvalid_{g}", attrs=KEEP) for g in groups)
         padding_next = Signal()
         m.d.comb += padding_next.eq(padding)
         m.d.sync += [padding.eq(padding_next), zeroed.eq(padding_next.replicate(len(zeroed)))]
-        r_free = ~axi.rvalid | axi.rready
-        beat = Signal()             # an R beat goes into the stage
-        with m.If(beat):
-            m.d.sync += [axi.rvalid.eq(1), r_full.eq(-1)]
-        with m.Elif(axi.rready):
-            m.d.sync += [axi.rvalid.eq(0), r_full.eq(0)]
         for g in groups:
             bits = slice(g * ZERO_GROUP_BITS, (g + 1) * ZERO_GROUP_BITS)
-            load, clear = Signal(name=f"r_load_{g}"), Signal(name=f"r_clear_{g}")
-            m.d.comb += [load.eq(~r_full[g] | axi.rready), clear.eq(load & zeroed[g])]
-            # The clear outside the load: a reset that wins over the enable, as an ECP5
-            # flip-flop has it, so no LUT stands before a data bit.
-            with m.If(clear):
-                m.d.sync += axi.rdata[bits].eq(0)
-            with m.Elif(load):
-                m.d.sync += axi.rdata[bits].eq(resp.payload.data[bits])
+            m.d.comb += axi.rdata[bits].eq(Mux(zeroed[g], 0, resp.payload.data[bits]))
 
         with m.If(tags.r_rdy & head.read & draining):
             m.d.comb += resp.ready.eq(1)
@@ -307,15 +314,15 @@ class AxiDataPort(wiring.Component):
         with m.Elif(tags.r_rdy & head.read):
             status = Mux(padding, Status.BAD_REQUEST, resp.payload.status)
             cut = ~padding & final & ~resp.payload.last
-            m.d.comb += [beat.eq((padding | resp.valid) & r_free),
-                         resp.ready.eq(~padding & r_free)]
-            with m.If(beat):
-                m.d.sync += [
-                    axi.rid.eq(head.id),
-                    axi.ruser.eq(status),
-                    axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
-                    axi.rlast.eq(head.last & final),
-                ]
+            m.d.comb += [
+                axi.rvalid.eq(padding | resp.valid),
+                axi.rid.eq(head.id),
+                axi.ruser.eq(status),
+                axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
+                axi.rlast.eq(head.last & final),
+                resp.ready.eq(~padding & axi.rready),
+            ]
+            with m.If((padding | resp.valid) & axi.rready):
                 m.d.sync += sent.eq(sent + 1)
                 with m.If(~padding & resp.payload.last & ~final):
                     m.d.comb += padding_next.eq(1)

@@ -75,8 +75,9 @@ class AxiMemoryPort(wiring.Component):
         size = line_size(self.line_bits)
         writes = Signal(range(self.max_writes + 1))     # waiting for B
         reads = Signal(range(self.max_reads + 1))       # waiting for data
-        may_write = (reads == 0) & (writes != self.max_writes)
-        may_read = (writes == 0) & (reads != self.max_reads)
+        # Whether a write or a read may go out, registered from the counts after this
+        # cycle, so that the counters never reach the controller's memory pop.
+        may_write, may_read = Signal(init=1), Signal(init=1)
         aw_sent = Signal()      # this write's AW is taken, its W not yet
         w_sent = Signal()       # this write's W is taken, its AW not yet
         write = req.valid & req.payload.write & may_write
@@ -114,6 +115,11 @@ class AxiMemoryPort(wiring.Component):
             self.o_data.valid.eq(axi.rvalid), self.o_data.payload.eq(axi.rdata),
             axi.rready.eq(self.o_data.ready),
         ]
-        m.d.sync += [writes.eq(writes + wrote - axi.bvalid),
-                     reads.eq(reads + read - returned)]
+        writes_next = Signal.like(writes)
+        reads_next = Signal.like(reads)
+        m.d.comb += [writes_next.eq(writes + wrote - axi.bvalid),
+                     reads_next.eq(reads + read - returned)]
+        m.d.sync += [writes.eq(writes_next), reads.eq(reads_next),
+                     may_write.eq((reads_next == 0) & (writes_next != self.max_writes)),
+                     may_read.eq((writes_next == 0) & (reads_next != self.max_reads))]
         return m

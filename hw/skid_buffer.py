@@ -1,8 +1,11 @@
 """A two-entry stream buffer that ends every path at a register, both ways."""
 
-from amaranth.hdl import Array, Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
+
+from ..golden.validate import check_int
+from .lane_logic import KEEP
 
 __all__ = ["SkidBuffer"]
 
@@ -11,10 +14,13 @@ class SkidBuffer(wiring.Component):
     """A stream stage whose output ``valid`` and input ``ready`` are flip-flops: no path
     through logic crosses it from one side's handshake to the other's.
 
-    Two entries, written in turn while one is free, read in turn; the output's payload is
-    the entry the read pointer names. So the output's ``ready`` reaches the pointer and the
-    two flags (three flip-flops), never the payload's flip-flops, and the input's payload
-    is written by flip-flops' enables that only the input side and the flags drive.
+    Two entries, written in turn, read in turn; the output's payload is the entry the read
+    pointer names. The entry the write pointer names loads the input's payload while one
+    is free, taken or not, so its enable starts at flip-flops; only the pointers and the
+    flags (four flip-flops, and a copy of the pointers and the free flag a group) see a
+    transfer. So the output's ``ready`` reaches the read
+    pointer and the flags, never the payload's flip-flops, and the input's ``valid`` never
+    reaches them either.
 
     **Throughput**: one transfer a clock. **Latency**: 1 cycle. **Backpressure**: the input
     waits while both entries are full. The cost is two registers and a 2:1 choice a payload
@@ -24,32 +30,65 @@ class SkidBuffer(wiring.Component):
     ----------
     shape : shape-like
         The payload.
+    group_bits : int or None
+        Payload bits whose entries' enables and output choice one copy of the pointers
+        drives; ``None``: one copy for the whole payload. A wide payload takes a copy a group,
+        so that no pointer reaches every bit.
 
     Members
     -------
     i : ``In(stream.Signature(shape))``
     o : ``Out(stream.Signature(shape))``
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a ``group_bits`` of the wrong type or below 1.
     """
 
-    def __init__(self, shape):
+    def __init__(self, shape, *, group_bits=None):
+        if group_bits is not None:
+            check_int("group_bits", group_bits, low=1)
+        self.group_bits = group_bits
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
-        entries = Array(Signal.like(self.i.payload, name=f"entry_{k}") for k in range(2))
-        write, read = Signal(), Signal()        # the entry written next, read next
         full = Signal()
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
-        m.d.comb += [self.i.ready.eq(~full),
-                     self.o.payload.eq(Mux(read, entries[1], entries[0]))]
-        with m.If(push):
-            m.d.sync += [entries[write].eq(self.i.payload), write.eq(~write)]
-        with m.If(pop):
-            m.d.sync += read.eq(~read)
+        m.d.comb += self.i.ready.eq(~full)
         # Both flags are registers: the count after this cycle's transfers.
         with m.If(push & ~pop):
             m.d.sync += [self.o.valid.eq(1), full.eq(self.o.valid)]
         with m.Elif(pop & ~push):
             m.d.sync += [full.eq(0), self.o.valid.eq(full)]
+
+        payload = Value.cast(self.i.payload)
+        width = len(payload)
+        step = self.group_bits or max(width, 1)
+        outputs = []
+        for g, low in enumerate(range(0, width, step)):
+            bits = payload[low:low + step]
+            # The entry written next, the one read next, and whether one is free: a copy a
+            # group, each moved as the first is.
+            write = Signal(name=f"write_{g}", attrs=KEEP)
+            read = Signal(name=f"read_{g}", attrs=KEEP)
+            free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
+            with m.If(push):
+                m.d.sync += write.eq(~write)
+            with m.If(pop):
+                m.d.sync += read.eq(~read)
+            with m.If(push & ~pop & self.o.valid):
+                m.d.sync += free.eq(0)
+            with m.Elif(pop & ~push):
+                m.d.sync += free.eq(1)
+            entries = [Signal(len(bits), name=f"entry_{k}_{g}") for k in range(2)]
+            with m.If(free):
+                with m.If(write):
+                    m.d.sync += entries[1].eq(bits)
+                with m.Else():
+                    m.d.sync += entries[0].eq(bits)
+            outputs.append(Mux(read, entries[1], entries[0]))
+        m.d.comb += Value.cast(self.o.payload).eq(Cat(outputs))
         return m
