@@ -18,9 +18,8 @@ class SkidBuffer(wiring.Component):
     pointer names. The entry the write pointer names loads the input's payload while one
     is free, taken or not, so its enable starts at flip-flops; only the pointers and the
     flags (four flip-flops, and a copy of the pointers and the free flag a group) see a
-    transfer. So the output's ``ready`` reaches the read
-    pointer and the flags, never the payload's flip-flops, and the input's ``valid`` never
-    reaches them either.
+    transfer. So the output's ``ready`` reaches the read pointer and the flags, never the
+    payload's flip-flops, and the input's ``valid`` never reaches them either.
 
     **Throughput**: one transfer a clock. **Latency**: 1 cycle. **Backpressure**: the input
     waits while both entries are full. The cost is two registers and a 2:1 choice a payload
