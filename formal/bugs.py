@@ -147,6 +147,14 @@ def _bit_flipped(shipped):
     return FlippingPassthrough
 
 
+def _commit_not_forwarded(shipped):
+    class Pipeline(shipped):
+        """Reads a set's row from memory while the update three ahead writes it back."""
+        def field_copies(self, name, value):
+            return super().field_copies(name, C(0, 1) if name == "r_from_commit" else value)
+    return Pipeline
+
+
 #: The planted bugs, by name.
 BUGS = {bug.name: bug for bug in (
     PlantedBug("reset_flags", "the tiles' mask after a reset ends at the write stage, and "
@@ -166,6 +174,9 @@ BUGS = {bug.name: bug for bug in (
     PlantedBug("item_last", "the AXI data port takes every item for its burst's last: a "
                "B for each W beat, RLAST on every R beat",
                {"hw.axi_data_port:SyncFIFOBuffered": _every_item_last}),
+    PlantedBug("combiner_forward", "the write combiner reads a set's row from memory while "
+               "the update three ahead of it writes that set back, so it sums into a stale "
+               "row", {"hw.combiner:_Pipeline": _commit_not_forwarded}),
     PlantedBug("passthrough_bit", "bit 5 of the memory's read data is flipped",
                {"hw.controller:Fp32Passthrough": _bit_flipped,
                 "formal.blocks:Fp32Passthrough": _bit_flipped}),

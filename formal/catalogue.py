@@ -15,6 +15,7 @@ from ..hw.controller import TILE_LANES, Controller
 from ..hw.passthrough import Fp32Passthrough
 from .axi import AXI_OUTPUTS, AxiSpec
 from .blocks import CSRSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
+from .combiner import CombinerSpec
 from .controller import ControllerSpec
 from .runner import Proof
 
@@ -207,11 +208,52 @@ def axi_proofs():
 #: The write combiner at its defaults, for its output's transfer rule.
 COMBINER_CONFIG = "defaults: 32 sets x 4 ways"
 
+#: The write combiner for its no-loss contract: the shipped code with 2 sets of 2 ways,
+#: 3-bit addresses (4 tags a set, so misses evict), 3-bit values and sums (so sums
+#: overflow), threshold 3 (so values bypass and sums reach it), 3 values an entry and a
+#: 2-entry FIFO (so backpressure fills it). Sets are rows of one memory and ways copies made
+#: by one loop.
+COMBINER_PROOF = dict(addr_width=3, value_width=3, sets=2, ways=2, threshold=3, max_updates=3,
+                      fifo_depth=2)
+COMBINER_PROOF_CONFIG = "2 sets x 2 ways, 3-bit addresses, values and sums, threshold 3"
+#: k of the k-induction: with fewer steps the induction meets states no run reaches (the
+#: invariant does not pin every register of the pipeline).
+COMBINER_DEPTH = 10
+#: The end-to-end check (the deltas sent add up to the values accepted at every idle
+#: cycle) and the covers, which reach a flush written back and idle at step 15.
+COMBINER_BMC_DEPTH = 12
+COMBINER_COVER_DEPTH = 18
+#: The planted forwarding bug shows at step 10.
+COMBINER_BUG_DEPTH = 12
+
+
+#: Lossy mode drops tiny misses: values of magnitude below 2.
+COMBINER_LOSSY = dict(COMBINER_PROOF, small_threshold=2, lossy=True)
+
+
+def _combiner_spec(params=COMBINER_PROOF, **kwargs):
+    def spec():
+        return CombinerSpec(WriteCombiner(**params), **kwargs)
+    return spec
+
 
 def combiner_proofs():
-    """The write combiner's output: its ``valid`` never waits on ``ready``."""
-    return [Proof("combiner_valid_ignores_ready", "handshake", COMBINER_CONFIG, "netlist", 0,
-                  WriteCombiner, quick=True, streams=("o_wb",))]
+    """The write combiner: its no-loss contract unbounded, end to end to a depth, with its
+    covers; its output's ``valid`` never waits on ``ready``."""
+    return [
+        Proof("combiner_no_loss", "combiner", COMBINER_PROOF_CONFIG, "prove", COMBINER_DEPTH,
+              _combiner_spec()),
+        Proof("combiner_end_to_end", "combiner", COMBINER_PROOF_CONFIG, "bmc",
+              COMBINER_BMC_DEPTH, _combiner_spec(end_to_end=True)),
+        Proof("combiner_no_loss_cover", "combiner", COMBINER_PROOF_CONFIG, "cover",
+              COMBINER_COVER_DEPTH, _combiner_spec(), quick=True),
+        Proof("combiner_lossy", "combiner", f"{COMBINER_PROOF_CONFIG}, lossy below 2",
+              "prove", COMBINER_DEPTH, _combiner_spec(COMBINER_LOSSY)),
+        Proof("combiner_lossy_cover", "combiner", f"{COMBINER_PROOF_CONFIG}, lossy below 2",
+              "cover", COMBINER_COVER_DEPTH, _combiner_spec(COMBINER_LOSSY)),
+        Proof("combiner_valid_ignores_ready", "handshake", COMBINER_CONFIG, "netlist", 0,
+              WriteCombiner, quick=True, streams=("o_wb",)),
+    ]
 
 
 def bug_proofs():
@@ -241,6 +283,8 @@ def bug_proofs():
     proofs += [Proof(f"bug_{bug}", "planted bugs", f"{DEEP_CONFIG}; {group}", "bmc",
                      RESET_DEPTH if group == "reset" else CONTRACT_DEPTH, spec, bug=bug)
                for bug, (group, spec) in on_top.items()]
+    proofs.append(Proof("bug_combiner_forward", "planted bugs", COMBINER_PROOF_CONFIG, "bmc",
+                        COMBINER_BUG_DEPTH, _combiner_spec(), bug="combiner_forward"))
     proofs.append(Proof("bug_item_last", "planted bugs", f"{AXI_CONFIG}; axi channels", "bmc",
                         AXI_DEPTH, _axi_spec, bug="item_last"))
     return proofs

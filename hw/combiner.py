@@ -177,6 +177,9 @@ class WriteCombiner(wiring.Component):
         The validated parameters.
     fifo_entries : int
         Entries of the write-back FIFO, ``fifo_depth + CREDIT_LOOP``.
+    pipeline : _Pipeline
+        The stages' registers, set by ``elaborate``: the formal specification
+        (:mod:`neuron_fabric.formal.combiner`) states its invariants over them.
 
     Raises
     ------
@@ -211,7 +214,7 @@ class WriteCombiner(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        pipe = _Pipeline(m, self.params, self.fifo_entries)
+        pipe = self.pipeline = _Pipeline(m, self.params, self.fifo_entries)
         pipe.admit(self.i_upd, self.i_flush)
         pipe.read()
         pipe.compare()
@@ -318,11 +321,11 @@ class _Pipeline:
         self.rd_set = {user: Signal(range(p.sets), name=f"rd_set_{user}", attrs={"keep": 1})
                        for user in [f"w{w}_{part}" for w in range(ways) for part in self.parts]
                        + [f"ctl{h}" for h in range(self.groups)]}
-        self.way_read, self.way_write = [], []
+        self.way_read, self.way_write, self.memories = [], [], []
         for w in range(ways):
-            ports = {}
+            ports, self.memories = {}, self.memories + [{}]
             for part, (start, stop) in self.parts.items():
-                memory = m.submodules[f"way{w}_{part}"] = Memory(
+                memory = self.memories[w][part] = m.submodules[f"way{w}_{part}"] = Memory(
                     shape=stop - start, depth=p.sets, init=[])
                 ports[part] = (memory.read_port(domain="comb"), memory.write_port())
                 m.d.comb += ports[part][0].addr.eq(self.rd_set[f"w{w}_{part}"])
