@@ -117,65 +117,73 @@ class CSRBlock(wiring.Component):
             selected = Signal(name=f"{reg.name.lower()}_read")
             m.d.sync += selected.eq(bus.r_stb & addressed)
             write = bus.w_stb & addressed
+            stores = None
             if any(f.access is Access.RW for f in reg.fields):
                 stores = {copy: Signal(name=f"{reg.name.lower()}_store_{copy}", attrs=KEEP)
                           for copy in ("field", "readback")}
                 m.d.sync += [store.eq(write) for store in stores.values()]
-            value = []  # (field, signal) pairs the register reads
-            for f in reg.fields:
-                port = getattr(ports, field_port(reg, f), None)
-                bits = bus.w_data[f.offset:f.offset + f.width]
-                if f.access is Access.RW:
-                    # The read tree has a copy of its own, kept through synthesis: the
-                    # field itself drives logic across the control plane, and the copy
-                    # can sit by the tree.
-                    readback = Signal.like(port, name=f"{field_port(reg, f)}_readback",
-                                           attrs=KEEP)
-                    stored = stored_data[f.offset:f.offset + f.width]
-                    with m.If(stores["field"]):
-                        m.d.sync += port.eq(stored)
-                    with m.If(stores["readback"]):
-                        m.d.sync += readback.eq(stored)
-                    if platform == "formal":
-                        # The copies are loaded together, so they never differ once reset
-                        # has set them: the invariant that lets induction see it.
-                        with m.If(~Initial()):
-                            m.d.comb += [Assert(readback == port),
-                                         Assert(stores["readback"] == stores["field"])]
-                    value.append((f, readback))
-                elif f.access is Access.W:
-                    m.d.sync += port.eq(write & bits)
-                elif f.access is Access.RW1C:
-                    flag = port
-                    with m.If(getattr(ports, field_port(reg, f) + "_set")):
-                        m.d.sync += flag.eq(1)
-                    with m.Elif(write & bits):
-                        m.d.sync += flag.eq(0)
-                    value.append((f, flag))
-                elif f.access is Access.RW1S:
-                    with m.If(write & bits):
-                        m.d.sync += port.eq(1)
-                    with m.Elif(getattr(ports, field_port(reg, f) + "_clear")):
-                        m.d.sync += port.eq(0)
-                    value.append((f, port))
-                elif f.const is not None:
-                    value.append((f, f.const))
-                else:
-                    value.append((f, port))
+            value = [(f, self._field(m, platform, reg, f, write, stores, stored_data))
+                     for f in reg.fields]  # (field, what it reads) pairs
             if hasattr(ports, written_port(reg)):
                 m.d.sync += getattr(ports, written_port(reg)).eq(write)
             for f, v in value:
+                if v is None:       # a write-only field reads 0
+                    continue
                 for bit in range(min(f.width, 32 - f.offset)):
                     if isinstance(v, int):   # a constant field: its ones read as the match
                         if v >> bit & 1:
                             readers[f.offset + bit].append((selected, C(1, 1)))
                     else:
                         readers[f.offset + bit].append((selected, Value.cast(v)[bit]))
-        # Two registers' bits to a leaf: four inputs, one LUT.
-        read = Cat(kept_tree(m, [Cat(s & v for s, v in terms[i:i + 2]).any()
-                                 for i in range(0, len(terms), 2)], "any", f"read_{bit}")
-                   if terms else C(0, 1)
-                   for bit, terms in enumerate(readers))
+        read = _read_tree(m, readers)
         with m.If(reading):
             m.d.sync += bus.r_data.eq(read)
         return m
+
+    def _field(self, m, platform, reg, f, write, stores, stored_data):
+        """Drive field ``f`` of register ``reg`` by its access rule; returns what a read
+        of it shows (a signal, or the constant of a constant field)."""
+        ports, bus = self.fields, self.bus
+        port = getattr(ports, field_port(reg, f), None)
+        bits = bus.w_data[f.offset:f.offset + f.width]
+        if f.access is Access.RW:
+            # The read tree has a copy of its own, kept through synthesis: the field itself
+            # drives logic across the control plane, and the copy can sit by the tree.
+            readback = Signal.like(port, name=f"{field_port(reg, f)}_readback", attrs=KEEP)
+            stored = stored_data[f.offset:f.offset + f.width]
+            with m.If(stores["field"]):
+                m.d.sync += port.eq(stored)
+            with m.If(stores["readback"]):
+                m.d.sync += readback.eq(stored)
+            if platform == "formal":
+                # The copies are loaded together, so they never differ once reset has set
+                # them: the invariant that lets induction see it.
+                with m.If(~Initial()):
+                    m.d.comb += [Assert(readback == port),
+                                 Assert(stores["readback"] == stores["field"])]
+            return readback
+        if f.access is Access.W:
+            m.d.sync += port.eq(write & bits)
+            return None
+        if f.access is Access.RW1C:
+            with m.If(getattr(ports, field_port(reg, f) + "_set")):
+                m.d.sync += port.eq(1)
+            with m.Elif(write & bits):
+                m.d.sync += port.eq(0)
+            return port
+        if f.access is Access.RW1S:
+            with m.If(write & bits):
+                m.d.sync += port.eq(1)
+            with m.Elif(getattr(ports, field_port(reg, f) + "_clear")):
+                m.d.sync += port.eq(0)
+            return port
+        return f.const if f.const is not None else port
+
+
+def _read_tree(m, readers):
+    """The read data: for each bit, the OR of its registers' bits gated by their matches,
+    two registers' bits to a leaf (four inputs, one LUT), then a tree of kept gates."""
+    return Cat(kept_tree(m, [Cat(s & v for s, v in terms[i:i + 2]).any()
+                             for i in range(0, len(terms), 2)], "any", f"read_{bit}")
+               if terms else C(0, 1)
+               for bit, terms in enumerate(readers))
