@@ -27,14 +27,15 @@ PAGE_BITS = 12
 def tag_layout(*, id_width):
     """What the response side must know of each request, in request order: whether it is a
     read, its burst's ID, whether the controller answers it (``native``; a refused beat or
-    burst is answered here), whether it ends its burst, and ``beats``: the R beats it owes,
-    less one."""
+    burst is answered here), whether it ends its burst, ``beats``: the R beats it owes,
+    less one, and whether that is ``one`` beat."""
     return data.StructLayout({
         "read": unsigned(1),
         "id": unsigned(id_width),
         "native": unsigned(1),
         "last": unsigned(1),
         "beats": unsigned(LEN_BITS),
+        "one": unsigned(1),
     })
 
 
@@ -220,6 +221,7 @@ class AxiDataPort(wiring.Component):
             payload.tag.native.eq(~burst.refused),
             payload.tag.last.eq(burst.final),
             payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.len)),
+            payload.tag.one.eq(burst.per_beat | (burst.len == 0)),
         ]
         # The line goes up within its 4 KB page: AXI keeps an INCR burst inside one.
         page_lines = PAGE_BITS - line_size(self.params.line_bits)
@@ -288,10 +290,14 @@ class AxiDataPort(wiring.Component):
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
         sent = Signal(LEN_BITS)     # R beats of the head's request sent
+        # Whether the next beat is the head's last, from flip-flops: the tag's `one` before
+        # its first beat, then the count's comparison, registered as each beat goes.
+        first = Signal(init=1)      # no beat of the head's request sent yet
+        next_final = Signal()       # with a beat sent: the next is the last
         padding = Signal()          # no line of the controller's left for the head's beats
         draining = Signal()         # its beats are all sent: drop the rest of its readout
         first_error = Signal(Status)  # of the write burst so far
-        final = sent == head.beats
+        final = Mux(first, head.one, next_final)
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
 
@@ -312,7 +318,7 @@ class AxiDataPort(wiring.Component):
             m.d.comb += resp.ready.eq(1)
             with m.If(resp.valid & resp.payload.last):
                 m.d.comb += pop.eq(1)
-                m.d.sync += [draining.eq(0), sent.eq(0)]
+                m.d.sync += [draining.eq(0), sent.eq(0), first.eq(1)]
         with m.Elif(tags.r_rdy & head.read & ~head.native & ~padding):
             # A refused burst: a cycle to raise the padding flag, then its beats.
             m.d.comb += padding_next.eq(1)
@@ -328,12 +334,13 @@ class AxiDataPort(wiring.Component):
                 resp.ready.eq(~padding & axi.rready),
             ]
             with m.If((padding | resp.valid) & axi.rready):
-                m.d.sync += sent.eq(sent + 1)
+                m.d.sync += [sent.eq(sent + 1), first.eq(0),
+                             next_final.eq(sent + 1 == head.beats)]
                 with m.If(~padding & resp.payload.last & ~final):
                     m.d.comb += padding_next.eq(1)
                 with m.If(final):
                     m.d.comb += [padding_next.eq(0), pop.eq(~cut)]
-                    m.d.sync += [sent.eq(0), draining.eq(cut)]
+                    m.d.sync += [sent.eq(0), first.eq(1), draining.eq(cut)]
         with m.Elif(tags.r_rdy):
             status = Mux(head.native, resp.payload.status, Status.BAD_REQUEST)
             burst_status = Mux(first_error != Status.OK, first_error, status)
