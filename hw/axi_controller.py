@@ -31,9 +31,9 @@ class AxiController(wiring.Component):
 
     Every port is a plain AXI signal named as AXI names it; ``clk`` and ``rst`` (synchronous,
     active high: ARESETn inverted) are the clock and reset of all three. Behaviour is the
-    controller's, bit for bit; the data port adds two cycles on the way in (its item and
-    request buffers) and one on the way out (its response buffer), so that no path through
-    logic runs between an AXI handshake and the controller's admission or its response pop.
+    controller's, bit for bit; the data port adds a cycle on the way in (its item buffer)
+    and one on the way out (its response buffer), so that no path through logic runs
+    between AW, AR, R or B and the controller's admission or its response pop.
 
     Parameters
     ----------
@@ -65,10 +65,10 @@ class AxiController(wiring.Component):
         self._controller = Controller(params=params, tile_lanes=tile_lanes, max_reads=max_reads,
                                       buffer_depth=buffer_depth, cells=cells)
         self.params, self.regmap = params, self._controller.regmap
-        # One request a clock keeps the controller's pipeline, the data port's item,
-        # request and response buffers and its head tag busy, and the tag FIFO keeps two
-        # entries back (its room is a register); beyond that, responses are waiting to
-        # leave and the next request may wait too.
+        # One request a clock keeps the controller's pipeline, the data port's item and
+        # response buffers, the tag on its way in and the head tag busy, and the tag FIFO
+        # keeps three entries back (its room is a register); beyond that, responses are
+        # waiting to leave and the next request may wait too.
         in_flight = LATENCY + 6
         if max_requests is None:
             max_requests = 1 << (in_flight - 1).bit_length()

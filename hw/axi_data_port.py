@@ -27,14 +27,15 @@ PAGE_BITS = 12
 def tag_layout(*, id_width):
     """What the response side must know of each request, in request order: whether it is a
     read, its burst's ID, whether the controller answers it (``native``; a refused beat or
-    burst is answered here), whether it ends its burst, and ``beats``: the R beats it owes,
-    less one."""
+    burst is answered here), whether it ends its burst, ``beats``: the R beats it owes,
+    less one, and whether that is ``one`` beat."""
     return data.StructLayout({
         "read": unsigned(1),
         "id": unsigned(id_width),
         "native": unsigned(1),
         "last": unsigned(1),
         "beats": unsigned(LEN_BITS),
+        "one": unsigned(1),
     })
 
 
@@ -79,13 +80,14 @@ class AxiDataPort(wiring.Component):
     refused read burst's beats are zero lines, after a cycle.
 
     **Throughput**: one request a clock; AW and AR take turns at the one burst held
-    (writes and reads waiting alike alternate by burst). **Latency**: three cycles, one a
+    (writes and reads waiting alike alternate by burst). **Latency**: two cycles, one a
     :class:`~.skid_buffer.SkidBuffer`: items wait in one between the bursts and the join
-    with W, so W reaches no burst counter; requests in one between the join and the
-    controller, so the controller's ``ready`` reaches only that buffer's pointers and
-    flags; responses in one between the controller and R and B, so that RREADY and BREADY
-    never reach the controller's response pop, and R leaves from its entries through a
-    LUT a bit that zeros a padding beat. **Order**: responses leave in
+    with W, so W and the controller's admission reach no burst counter, and the request's
+    narrow fields leave from its head register; a write's line is its W beat, held in the
+    W channel until the controller takes it (WREADY is the admission of a write's item).
+    Responses wait in a second between the controller and R and B, so that RREADY and
+    BREADY never reach the controller's response pop, and R leaves from its entries
+    through a LUT a bit that zeros a padding beat. **Order**: responses leave in
     the order the requests were taken, whatever their IDs (AXI asks it only of one ID), so
     a stalled R holds B behind it and the reverse. A write burst's items wait at the
     buffer's head for their W beats, reads behind them too. At most ``max_requests - 1``
@@ -106,9 +108,9 @@ class AxiDataPort(wiring.Component):
         ``"address"`` (default) or ``"id"``; with ``"id"``, ``id_width`` must hold a worker id.
     max_requests : int
         Entries of the tag FIFO (a power of two, 4 to 1024): one fewer requests are
-        unanswered at most, and the join waits while fewer than two are free a cycle
-        before. For one request a clock, cover the controller's latency, this port's three
-        buffers, its head tag and those two entries.
+        unanswered at most, and the join waits while fewer than three are free a cycle
+        before. For one request a clock, cover the controller's latency, this port's two
+        buffers, the tag on its way in, the head tag and those three entries.
 
     Members
     -------
@@ -175,21 +177,19 @@ class AxiDataPort(wiring.Component):
         tags = m.submodules.tags = SyncFIFOBuffered(
             width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
         # Items wait in a skid buffer between the bursts and the join with W, so no path
-        # runs from W into the burst counters; requests wait in another between the join
-        # and the controller, so the controller's admission reaches only that buffer's
-        # pointers and flags, and nothing of the join, the W channel or the tags.
+        # runs from W or the controller's admission into the burst counters. Its head is a
+        # register, so the request's narrow fields leave from flip-flops, as on the native
+        # top; its line is the W beat itself, held in the W channel until the controller
+        # takes it, so no buffer holds a line.
         item = item_layout(params=self.params, id_width=self.id_width)
-        m.submodules.items = items = SkidBuffer(item)
-        m.submodules.requests = requests = SkidBuffer(self.o_req.payload.shape(),
-                                                      group_bits=ZERO_GROUP_BITS)
-        wiring.connect(m, requests.o, wiring.flipped(self.o_req))
-        # Responses wait in a third, so the controller's response pop starts at a
+        m.submodules.items = items = SkidBuffer(item, registered_output=True)
+        # Responses wait in a second, so the controller's response pop starts at a
         # flip-flop, as on the native top, and R and B leave from its entries.
         m.submodules.responses = responses = SkidBuffer(self.i_resp.payload.shape(),
                                                         group_bits=ZERO_GROUP_BITS)
         wiring.connect(m, wiring.flipped(self.i_resp), responses.i)
         self._bursts(m, items.i)
-        self._join(m, items.o, requests.i, tags)
+        self._join(m, items.o, self.o_req, tags)
         self._answers(m, responses.o, tags)
         return m
 
@@ -221,6 +221,7 @@ class AxiDataPort(wiring.Component):
             payload.tag.native.eq(~burst.refused),
             payload.tag.last.eq(burst.final),
             payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.len)),
+            payload.tag.one.eq(burst.per_beat | (burst.len == 0)),
         ]
         # The line goes up within its 4 KB page: AXI keeps an INCR burst inside one.
         page_lines = PAGE_BITS - line_size(self.params.line_bits)
@@ -254,39 +255,49 @@ class AxiDataPort(wiring.Component):
 
     def _join(self, m, items, req, tags):
         """An item leaves for the controller (a write with its W beat) or, refused, goes
-        straight to the answers; either way its tag goes in, in order. An item leaves only
-        while the request buffer and the tag FIFO have room, refused or not, so that its
-        W beat's WSTRB reaches what goes in, never whether it goes."""
+        straight to the answers; either way its tag goes in, in order, a cycle later. An
+        item leaves only while the tag FIFO has room and the controller admits, refused or
+        not, so that its W beat's WSTRB reaches what goes in, never whether it goes."""
         axi = self.s_axi
         head = items.payload
         native = head.tag.native & (head.tag.read | axi.wstrb.all())
         # Room for a tag, from a register, so that the FIFO's level never reaches the join:
-        # room for two a cycle ago (a tag at most goes in a clock), or room kept while no tag
-        # went in. It stays while an item waits, and so does the request's `valid`.
+        # room for three a cycle ago (a tag at most goes in a clock, and one may be on its
+        # way), or room kept while no tag went in. It stays while an item waits, and so does
+        # the request's `valid`.
         tag_room = Signal()
         joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
         advance = joinable & req.ready
-        m.d.sync += tag_room.eq((tags.level < self.max_requests - 2) | (tag_room & ~advance))
-        tag = Signal.like(head.tag)
+        m.d.sync += tag_room.eq((tags.level < self.max_requests - 3) | (tag_room & ~advance))
         m.d.comb += [
             req.valid.eq(joinable & native),
             req.payload.op.eq(head.op), req.payload.addr.eq(head.addr),
             req.payload.worker.eq(head.worker), req.payload.data.eq(axi.wdata),
             items.ready.eq(advance),
             axi.wready.eq(advance & ~head.tag.read),
-            tag.eq(head.tag), tag.native.eq(native),
-            tags.w_en.eq(advance), tags.w_data.eq(tag),
         ]
+        # The tag goes in a cycle later, from registers: the controller's admission reaches
+        # their enables, never the FIFO's level.
+        tag = Signal.like(head.tag)
+        pushed = Signal()
+        m.d.sync += pushed.eq(advance)
+        with m.If(advance):
+            m.d.sync += [tag.eq(head.tag), tag.native.eq(native)]
+        m.d.comb += [tags.w_en.eq(pushed), tags.w_data.eq(tag)]
 
     def _answers(self, m, resp, tags):
         axi = self.s_axi
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
         sent = Signal(LEN_BITS)     # R beats of the head's request sent
+        # Whether the next beat is the head's last, from flip-flops: the tag's `one` before
+        # its first beat, then the count's comparison, registered as each beat goes.
+        first = Signal(init=1)      # no beat of the head's request sent yet
+        next_final = Signal()       # with a beat sent: the next is the last
         padding = Signal()          # no line of the controller's left for the head's beats
         draining = Signal()         # its beats are all sent: drop the rest of its readout
         first_error = Signal(Status)  # of the write burst so far
-        final = sent == head.beats
+        final = Mux(first, head.one, next_final)
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
 
@@ -307,7 +318,7 @@ class AxiDataPort(wiring.Component):
             m.d.comb += resp.ready.eq(1)
             with m.If(resp.valid & resp.payload.last):
                 m.d.comb += pop.eq(1)
-                m.d.sync += [draining.eq(0), sent.eq(0)]
+                m.d.sync += [draining.eq(0), sent.eq(0), first.eq(1)]
         with m.Elif(tags.r_rdy & head.read & ~head.native & ~padding):
             # A refused burst: a cycle to raise the padding flag, then its beats.
             m.d.comb += padding_next.eq(1)
@@ -323,12 +334,13 @@ class AxiDataPort(wiring.Component):
                 resp.ready.eq(~padding & axi.rready),
             ]
             with m.If((padding | resp.valid) & axi.rready):
-                m.d.sync += sent.eq(sent + 1)
+                m.d.sync += [sent.eq(sent + 1), first.eq(0),
+                             next_final.eq(sent + 1 == head.beats)]
                 with m.If(~padding & resp.payload.last & ~final):
                     m.d.comb += padding_next.eq(1)
                 with m.If(final):
                     m.d.comb += [padding_next.eq(0), pop.eq(~cut)]
-                    m.d.sync += [sent.eq(0), draining.eq(cut)]
+                    m.d.sync += [sent.eq(0), first.eq(1), draining.eq(cut)]
         with m.Elif(tags.r_rdy):
             status = Mux(head.native, resp.payload.status, Status.BAD_REQUEST)
             burst_status = Mux(first_error != Status.OK, first_error, status)

@@ -98,8 +98,16 @@ class AxiMemoryPort(wiring.Component):
         w_done = w_sent | axi.wready
         wrote = write & aw_done & w_done
         read = axi.arvalid & axi.arready
-        m.d.comb += req.ready.eq(Mux(req.payload.write, may_write & aw_done & w_done,
-                                     may_read & axi.arready))
+        # The request is taken when every channel it needs is done, each a channel's ready
+        # or a flag from flip-flops that says it is not needed (a read's AW and W, a
+        # write's AR) or already taken: the subordinate's readies meet only at the last
+        # gates before the controller's pop.
+        needs_no_aw = ~req.payload.write | aw_sent
+        needs_no_w = ~req.payload.write | w_sent
+        needs_no_ar = req.payload.write
+        may = Mux(req.payload.write, may_write, may_read)
+        m.d.comb += req.ready.eq(may & (axi.awready | needs_no_aw) & (axi.wready | needs_no_w)
+                                 & (axi.arready | needs_no_ar))
         with m.If(wrote):
             m.d.sync += [aw_sent.eq(0), w_sent.eq(0)]
         with m.Else():

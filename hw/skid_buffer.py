@@ -21,6 +21,12 @@ class SkidBuffer(wiring.Component):
     transfer. So the output's ``ready`` reaches the read pointer and the flags, never the
     payload's flip-flops, and the input's ``valid`` never reaches them either.
 
+    With ``registered_output`` the output's payload is a register of its own, the head,
+    and the second entry a spare: the head loads the spare, or else the input, while it is
+    empty or being taken, and the spare loads the input while it is free. Then the output's
+    ``ready`` reaches the head's enables (a narrow payload's, such as a request's address
+    on its way to a comparison), and what leaves is a flip-flop, not a choice.
+
     **Throughput**: one transfer a clock. **Latency**: 1 cycle. **Backpressure**: the input
     waits while both entries are full. The cost is two registers and a 2:1 choice a payload
     bit.
@@ -33,6 +39,9 @@ class SkidBuffer(wiring.Component):
         Payload bits whose entries' enables and output choice one copy of the pointers
         drives; ``None``: one copy for the whole payload. A wide payload takes a copy a group,
         so that no pointer reaches every bit.
+    registered_output : bool
+        The output's payload from a head register (``True``) or chosen between the two
+        entries (``False``, default).
 
     Members
     -------
@@ -42,13 +51,17 @@ class SkidBuffer(wiring.Component):
     Raises
     ------
     TypeError, ValueError
-        On a ``group_bits`` of the wrong type or below 1.
+        On a ``group_bits`` of the wrong type or below 1, or a ``registered_output`` that
+        is not a bool.
     """
 
-    def __init__(self, shape, *, group_bits=None):
+    def __init__(self, shape, *, group_bits=None, registered_output=False):
         if group_bits is not None:
             check_int("group_bits", group_bits, low=1)
+        if not isinstance(registered_output, bool):
+            raise TypeError(f"registered_output must be a bool, not {registered_output!r}")
         self.group_bits = group_bits
+        self.registered_output = registered_output
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
@@ -82,6 +95,16 @@ class SkidBuffer(wiring.Component):
                 m.d.sync += free.eq(0)
             with m.Elif(pop & ~push):
                 m.d.sync += free.eq(1)
+            if self.registered_output:
+                head = Signal(len(bits), name=f"head_{g}")
+                spare = Signal(len(bits), name=f"spare_{g}")
+                with m.If(free):
+                    m.d.sync += spare.eq(bits)
+                # The head is empty or leaves: the spare moves up if it holds one.
+                with m.If(~self.o.valid | self.o.ready):
+                    m.d.sync += head.eq(Mux(free, bits, spare))
+                outputs.append(head)
+                continue
             entries = [Signal(len(bits), name=f"entry_{k}_{g}") for k in range(2)]
             with m.If(free):
                 with m.If(write):

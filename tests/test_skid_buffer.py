@@ -90,3 +90,47 @@ def test_bad_group_bits_are_refused_by_name(group_bits, error, message):
     with pytest.raises(error) as caught:
         SkidBuffer(8, group_bits=group_bits)
     assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_registered_head_passes_every_transfer_in_order(seed):
+    values = [int(v) for v in np.random.default_rng(seed).integers(1 << 12, size=300)]
+    got, _ = run(SkidBuffer(12, registered_output=True), values, seed=seed, pause=0.4)
+    assert got == values
+    got, cycles = run(SkidBuffer(12, registered_output=True), values[:100], seed=seed,
+                      pause=0.0)
+    assert got == values[:100] and cycles <= 102
+
+
+def test_a_registered_head_moves_only_at_a_clock():
+    """With the head a register, neither the output's ready nor the input's payload moves
+    the output's payload within a cycle; a pop loads the spare into it at the clock."""
+    dut = SkidBuffer(8, registered_output=True)
+
+    async def bench(ctx):
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.o.ready, 0)
+        for value in (5, 6, 7):
+            ctx.set(dut.i.payload, value)
+            await ctx.tick()
+        assert (ctx.get(dut.o.valid), ctx.get(dut.i.ready)) == (1, 0)  # head 5, spare 6
+        ctx.set(dut.i.valid, 0)
+        for ready, payload in ((1, 9), (0, 3), (1, 4)):
+            ctx.set(dut.o.ready, ready)
+            ctx.set(dut.i.payload, payload)
+            assert ctx.get(dut.o.payload) == 5
+        await ctx.tick()
+        assert (ctx.get(dut.o.valid), ctx.get(dut.o.payload)) == (1, 6)
+        await ctx.tick()
+        assert ctx.get(dut.o.valid) == 0
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+def test_a_registered_output_that_is_not_a_bool_is_refused_by_name():
+    with pytest.raises(TypeError) as caught:
+        SkidBuffer(8, registered_output=1)
+    assert str(caught.value) == "registered_output must be a bool, not 1"
