@@ -227,6 +227,10 @@ COMBINER_COVER_DEPTH = 18
 COMBINER_BUG_DEPTH = 12
 
 
+#: 16 sets, so that the valid bits are read in two levels (by the set's low three bits,
+#: then the rest), with 6-bit addresses for the same 4 tags a set.
+COMBINER_SETS = dict(COMBINER_PROOF, addr_width=6, sets=16)
+COMBINER_SETS_CONFIG = "16 sets x 2 ways, 6-bit addresses, 3-bit values and sums, threshold 3"
 #: Lossy mode drops tiny misses: values of magnitude below 2.
 COMBINER_LOSSY = dict(COMBINER_PROOF, small_threshold=2, lossy=True)
 
@@ -247,6 +251,8 @@ def combiner_proofs():
               COMBINER_BMC_DEPTH, _combiner_spec(end_to_end=True)),
         Proof("combiner_no_loss_cover", "combiner", COMBINER_PROOF_CONFIG, "cover",
               COMBINER_COVER_DEPTH, _combiner_spec(), quick=True),
+        Proof("combiner_no_loss_16_sets", "combiner", COMBINER_SETS_CONFIG, "prove",
+              COMBINER_DEPTH, _combiner_spec(COMBINER_SETS)),
         Proof("combiner_lossy", "combiner", f"{COMBINER_PROOF_CONFIG}, lossy below 2",
               "prove", COMBINER_DEPTH, _combiner_spec(COMBINER_LOSSY)),
         Proof("combiner_lossy_cover", "combiner", f"{COMBINER_PROOF_CONFIG}, lossy below 2",
