@@ -69,7 +69,8 @@ class AxiController(wiring.Component):
         # response buffers, the tag on its way in and the head tag busy, and the tag FIFO
         # keeps three entries back (its room is a register); beyond that, responses are
         # waiting to leave and the next request may wait too.
-        in_flight = LATENCY + 6
+        buffers, tag_in, head_tag, kept_back = 2, 1, 1, 3
+        in_flight = LATENCY + buffers + tag_in + head_tag + kept_back
         if max_requests is None:
             max_requests = 1 << (in_flight - 1).bit_length()
         self._adapters = {

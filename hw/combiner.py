@@ -323,12 +323,13 @@ class _Pipeline:
                        + [f"ctl{h}" for h in range(self.groups)]}
         self.way_read, self.way_write, self.memories = [], [], []
         for w in range(ways):
-            ports, self.memories = {}, self.memories + [{}]
+            ports, memories = {}, {}
             for part, (start, stop) in self.parts.items():
-                memory = self.memories[w][part] = m.submodules[f"way{w}_{part}"] = Memory(
+                memory = memories[part] = m.submodules[f"way{w}_{part}"] = Memory(
                     shape=stop - start, depth=p.sets, init=[])
                 ports[part] = (memory.read_port(domain="comb"), memory.write_port())
                 m.d.comb += ports[part][0].addr.eq(self.rd_set[f"w{w}_{part}"])
+            self.memories.append(memories)
             self.way_read.append(data.View(self.ent_layout,
                                            Cat(ports[part][0].data for part in self.parts)))
             self.way_write.append(ports)
