@@ -105,11 +105,12 @@ class WriteCombiner(wiring.Component):
     one write, all registered); the state is written back in cycle 5. Every decision is
     made from registers: the tests that need the value alone (``T - value``,
     ``high - value``, ...) are made at admission, and each way compares its own sum with
-    them a cycle before the decision. An update whose set's state is still in flight takes
-    it from the stage that holds it instead of memory (from the execute stage's result when
-    it is read or compared, from the write-back register when it is read). An update of the
-    set of the update taken just before it waits one cycle before its read, so that no
-    result is needed in the cycle it is made: that one-cycle loop would set the clock.
+    them, and adds the value to it, a cycle before the decision, which chooses a sum and
+    adds nothing. An update whose set's state is still in flight takes it from the stage
+    that holds it instead of memory (from the execute stage's result when it is read or
+    compared, from the write-back register when it is read). An update of the set of the
+    update taken just before it waits one cycle before its read, so that no result is
+    needed in the cycle it is made: that one-cycle loop would set the clock.
 
     Lossless by construction: an update is accepted only when the FIFO has room for a write
     from it and from every update still in flight (credits), so a full FIFO stalls the input
@@ -364,6 +365,11 @@ class _Pipeline:
         self.d_tests = Signal(data.ArrayLayout(tests_layout(), ways))
         self.d_follows_2 = Signal()    # the hit is in the way the update two ahead touched
         self.d_tests_2 = Signal(tests_layout())
+        # The sum of each way's entry with the value, and of the way the update two ahead
+        # touched, a cycle ahead of the choice: decide chooses a sum, it does not add.
+        sum_shape = signed(p.acc_width + 1)
+        self.d_sums = Signal(data.ArrayLayout(sum_shape, ways))
+        self.d_sum_2 = Signal(sum_shape)
 
     def _declare_results(self, p, ways):
         """The registers of decide and execute: the outcome, the set's new state and the
@@ -540,8 +546,9 @@ class _Pipeline:
     def compare(self):
         """The set's view (row, valid bits, pointer) and its ways that hold the address,
         from compare's registers or, when the update executing now is of the same set, from
-        its result; the value's class; the tests of each way's sum with the value, and of
-        the executing update's sum when this update hits the way it touched."""
+        its result; the value's class; the tests of each way's sum with the value and the
+        sum itself, and the same for the executing update's sum when this update hits the
+        way it touched."""
         m, p, c, d = self.m, self.p, self.c, self.d
         ctl = Signal(self.ctl_layout, name="c_ctl")
         m.d.comb += ctl.eq(Mux(self.c_side_use, self.c_side_ctl,
@@ -577,8 +584,10 @@ class _Pipeline:
         # summed) or its value (when it filled or restarted the entry).
         for w in range(p.ways):
             entry = self.c_view.row[w]
-            m.d.sync += self.d_tests[w].eq(
-                _tests(p, entry.acc, self.c_bounds, entry.count == p.max_updates - 1))
+            m.d.sync += [self.d_tests[w].eq(_tests(p, entry.acc, self.c_bounds,
+                                                   entry.count == p.max_updates - 1)),
+                         self.d_sums[w].eq(entry.acc + c.value)]
+        m.d.sync += self.d_sum_2.eq(self.new_entry.acc + c.value)
         last = Const(p.max_updates == 2)   # a filled entry has merged its last value
         m.d.sync += [
             self.d_follows_2.eq(from_x & self.c_same_x & self.x_touched),
@@ -591,7 +600,7 @@ class _Pipeline:
     def decide(self):
         """The outcome, from registers only: the hit, or on a miss the lowest free way or
         the victim (round robin), the set's valid bits and pointer after it, what the hit's
-        tests mean, the hit's entry and its sum."""
+        tests mean, the hit's entry and its sum (chosen among the sums compare made)."""
         m, p, d, view = self.m, self.p, self.d, self.d_view
         hit = Cat(self.d_update & view.bits[w] & self.d_match[w] for w in range(p.ways))
         miss = ~(view.bits & self.d_match).any()
@@ -610,19 +619,21 @@ class _Pipeline:
                      self.x_kept.eq(view.bits | Mux(take_free, lowest_free, 0)),
                      self.x_ptr.eq(Mux(evict, view.ptr.rotate_left(1), view.ptr)),
                      self.x_big.eq(self.d_big)]
-        # The hit's entry and tests: those of the view's matching way, or, when the update
-        # two ahead touched that way, the tests made against its result.
+        # The hit's entry, tests and sum: those of the view's matching way, or, when the
+        # update two ahead touched that way, the tests and sum made against its result.
         entry, tests = Signal(self.ent_layout), Signal(tests_layout())
+        total = Signal.like(self.x_total)
         for w in range(p.ways):
             with m.If(self.d_own["count"][w]):
                 m.d.comb += entry.count.eq(view.row[w].count)
             with m.If(self.d_own["acc"][w]):
-                m.d.comb += entry.acc.eq(view.row[w].acc)
+                m.d.comb += [entry.acc.eq(view.row[w].acc), total.eq(self.d_sums[w])]
             with m.If(self.d_own["tests"][w]):
                 m.d.comb += tests.eq(self.d_tests[w])
         m.d.sync += Cat(self.x_keeps, self.x_pushes, self.x_stores).eq(
             Mux(self.d_follows_2, _outcome_of(self.d_tests_2), _outcome_of(tests)))
-        m.d.sync += [self.x_entry.eq(entry), self.x_total.eq(entry.acc + d.value),
+        m.d.sync += [self.x_entry.eq(entry),
+                     self.x_total.eq(Mux(self.d_follows_2, self.d_sum_2, total)),
                      *(copy.eq(entry.acc) for copy in self.x_sum_c),
                      self.x_row.eq(view.row)]
 
