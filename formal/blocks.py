@@ -18,12 +18,12 @@ from amaranth.hdl import Value, signed
 
 from ..golden.formats import Readout, count_limit, readout_lines_per_slot, sum_limit
 from ..golden.regmap import Access
-from ..hw import sign_count, ternary_gate
+from ..hw import pair_fold, schedule, sign_count, ternary_gate
 from ..hw.csr import CSRBlock, field_port, written_port
 from ..hw.passthrough import Fp32Passthrough
 from .rules import StreamRules, free, past, reset_at_start
 
-__all__ = ["SignCountSpec", "TernaryGateSpec", "PassthroughSpec", "CSRSpec",
+__all__ = ["SignCountSpec", "TernaryGateSpec", "PairFoldSpec", "PassthroughSpec", "CSRSpec",
            "majority_reference", "gated_reference"]
 
 
@@ -194,6 +194,74 @@ class TernaryGateSpec(Elaboratable):
                      Cover(running & p_out.invalid[0])]
         if engine.saturates:
             m.d.comb += Cover(running & p_out.saturated[0])
+        return m
+
+
+class PairFoldSpec(Elaboratable):
+    """:class:`~neuron_fabric.hw.pair_fold.PairFold` against the reference fold and
+    readouts. The block holds no state, so one step proves it for every input.
+
+    The sum is the chosen row plus the addend, modulo ``2**(2C)``, for every row and every
+    addend the tile forms (a -1 has every addend bit set). The comparisons are asserted on
+    the sums a readout can find: two G-Binary counts of at most NUM_WORKERS for ``SIGN`` and
+    ``TERNARY``, a G-Ternary sum within MAX_WORKERS of 0 for ``GATED``; their thresholds
+    come from NUM_WORKERS, GATE and the readout as the control plane computes them.
+    """
+
+    #: Width of the GATE the spec tries: every gate up to past the largest sum.
+    GATE_BITS = 8
+
+    def __init__(self, *, max_workers, counter_bits=None):
+        self.fold = pair_fold.PairFold(max_workers=max_workers, counter_bits=counter_bits)
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.fold = fold = self.fold
+        MW, C = fold.max_workers, fold.counter_bits
+        num_workers = Signal(range(MW + 1))
+        gate = Signal(self.GATE_BITS)
+        readout = Signal(Readout)
+        low, sign, high = fold.addend_low, fold.addend_sign, fold.addend_high
+        free(m, num_workers, gate, readout, low, sign, high, fold.from_last, fold.last,
+             fold.chosen)
+        m.d.comb += [Assume((num_workers >= 1) & (num_workers <= MW)),
+                     Assume(~sign | (low & high))]
+        word = Signal(schedule.fold_word_layout(max_workers=MW, counter_bits=C))
+        threshold = ternary_gate.gate_less_one(gate, counter_bits=C)
+        m.d.comb += [
+            word.majority.eq(sign_count.majority_thresholds(num_workers, max_workers=MW)),
+            word.gate_less_one.eq(threshold),
+            word.low_threshold.eq(schedule.low_threshold(readout, word.majority, threshold)),
+            fold.thresholds.eq(pair_fold.pair_thresholds(word)),
+        ]
+
+        row = Mux(fold.from_last, fold.last, fold.chosen)
+        step = Mux(sign, (1 << 2 * C) - 1, low + (high << C))
+        total = Signal(2 * C)
+        m.d.comb += [total.eq(row + step), Assert(fold.sum == total)]
+
+        counts = [total[:C], total[C:]]
+        majority_read = (readout == Readout.SIGN) | (readout == Readout.TERNARY)
+        with m.If(majority_read & (counts[0] <= num_workers) & (counts[1] <= num_workers)):
+            for lane, count in enumerate(counts):
+                sign, not_tie = majority_reference(count, num_workers)
+                m.d.comb += [Assert(fold.sign[lane] == sign),
+                             Assert(fold.tie[lane] == ~not_tie)]
+        signed_total = total.as_signed()
+        with m.If((readout == Readout.GATED) & (signed_total >= -MW) & (signed_total <= MW)):
+            gated = gated_reference(signed_total, gate)
+            m.d.comb += [Assert(fold.positive == (gated == 0b01)),
+                         Assert(fold.negative == gated[1])]
+        # Reachable: a tie in the low lane, a negative majority in the high one, a negative
+        # sum that passes the gate and a positive one that does not.
+        m.d.comb += [
+            Cover(majority_read & (num_workers == 4) & (counts[0] == 2) & fold.tie[0]),
+            Cover(majority_read & (counts[1] == 2) & (num_workers == 3) & fold.sign[1]),
+            Cover((readout == Readout.GATED) & (signed_total == -2) & (gate == 2)
+                  & fold.negative),
+            Cover((readout == Readout.GATED) & (signed_total == 1) & (gate == 2)
+                  & ~fold.positive),
+        ]
         return m
 
 

@@ -14,7 +14,7 @@ from ..hw.combiner import WriteCombiner
 from ..hw.controller import TILE_LANES, Controller
 from ..hw.passthrough import Fp32Passthrough
 from .axi import AXI_OUTPUTS, AxiSpec
-from .blocks import CSRSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
+from .blocks import CSRSpec, PairFoldSpec, PassthroughSpec, SignCountSpec, TernaryGateSpec
 from .combiner import CombinerSpec
 from .controller import ControllerSpec
 from .runner import Proof
@@ -90,6 +90,13 @@ def block_proofs():
                        Proof(f"{name}_{tag}_cover", group, label, "cover",
                              count_limit(p.counter_bits) + 3 if most is None else 6, spec,
                              quick=quick)]
+    for p, quick in ((PRESETS["default"], True), (PRESETS["small"], False)):
+        def pair(p=p):
+            return PairFoldSpec(max_workers=p.max_workers, counter_bits=p.counter_bits)
+        proofs += [Proof(f"pair_fold_{p.name}", "pair-fold", f"{p.name}, one pair", "prove",
+                         1, pair, quick=quick),
+                   Proof(f"pair_fold_{p.name}_cover", "pair-fold", f"{p.name}, one pair",
+                         "cover", 1, pair, quick=quick)]
     for p, quick in ((PRESETS["default"], True), (PRESETS["small"], False)):
         def passthrough(p=p):
             return PassthroughSpec(line_bits=p.line_bits, max_reads=3)

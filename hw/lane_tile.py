@@ -16,18 +16,19 @@ from amaranth.lib import data, memory, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..golden.validate import check_int
-from ..golden.formats import Route, check_counter_bits, count_limit, sum_limit
+from ..golden.formats import Route, check_counter_bits
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import check_cells, choose_and_add, choose_by_code, choose_of_four, code_bits, gate
-from .lane_logic import KEEP, joined_equal, joined_greater, kept, kept_compare
-from .layouts import check_hw_max_workers, lanes_saturate, in_encoding_order
+from .row_cells import check_cells, choose_by_code, choose_of_four, code_bits
+from .lane_logic import KEEP
+from .layouts import check_hw_max_workers, in_encoding_order
+from .pair_fold import PairFold, lanes_can_fill, pair_thresholds, threshold_layout
 from .schedule import (FLAGS_STAGE, FOLD_STAGE, FOLD_WORD_STAGE, FORWARD_DISTANCES,
                        READ_WORD_STAGE, WRITE_STAGE, Source, fold_word_layout,
                        forward_word_layout, late_word_layout, read_word_layout)
 from .tile_row import code_keys, group_lines, row_layout, row_of_sums, split_codes, sums_of_row
 
-__all__ = ["LaneTile", "plus_test", "LOOP_LAYOUT", "SELECT_BITS"]
+__all__ = ["LaneTile", "LOOP_LAYOUT", "SELECT_BITS"]
 
 #: Line bits per copy of a readout line's code register.
 SELECT_BITS = 4
@@ -184,7 +185,8 @@ class LaneTile(wiring.Component):
         if self.saturates:
             w.threshold_layout, w.threshold_fields = _part(w.fold, "majority", "gate_less_one")
         else:
-            w.threshold_layout, w.threshold_fields = _pair_thresholds(w.fold, self.counter_bits)
+            w.threshold_layout = threshold_layout(self.counter_bits)
+            w.threshold_fields = pair_thresholds(w.fold)
         w.readout_layout, w.readout_fields = _part(w.fold, "capture", "codes")
         buffer_layout, buffer_fields = _part(w.fold, "push_response", "push_memory",
                                              "memory_read")
@@ -253,9 +255,9 @@ class LaneTile(wiring.Component):
         does not fold sees a zero vote or code, so neither a fold enable nor the route sits
         in the fold loop. A write that is refused folds too; its row is not written back,
         and the control plane drops its flags. Where no lane can saturate, each pair of line
-        bits folds with one adder over its part of the row (see :func:`_pair_addend`), whose
-        addend is worked out here (:meth:`_fold_adds`); otherwise the engines fold the votes
-        and codes."""
+        bits folds with one adder over its part of the row
+        (:func:`~.pair_fold.pair_addend`), whose addend is worked out here
+        (:meth:`_fold_adds`); otherwise the engines fold the votes and codes."""
         if not self.saturates:
             return self._fold_adds(m, line[FOLD_STAGE - 1], words.fold)
         T, fold_word = self.tile_lanes, words.fold
@@ -290,8 +292,10 @@ class LaneTile(wiring.Component):
         G-Binary lanes), loaded from the tile's register: a handful of loads each. So do the
         comparisons' thresholds, and each pair has its own comparison trees: they read the
         fold's sum, and only the pair's own nets should pull their gates away from its carry
-        chain. Sets ``group.row`` (the rows the pairs folded) and ``group.tests``."""
-        g, G, CW = group.index, self.group_lanes, self.counter_bits
+        chain. Each pair is a :class:`~.pair_fold.PairFold`, or where a lane can fill the
+        route engines (:meth:`_fold_by_engines`). Sets ``group.row`` (the rows the pairs
+        folded) and ``group.tests``."""
+        g, G = group.index, self.group_lanes
         group.tests = tests = []   # per pair: the readout's comparisons and the lanes' flags
         row_in = []
         for pair in range(G // 2):
@@ -303,52 +307,36 @@ class LaneTile(wiring.Component):
                          control.clear.eq(words.fold.clear),
                          thresholds.eq(words.threshold_fields)]
             last, chosen = rows.new[g][pair].as_value(), rows.chosen[g][pair].as_value()
-            line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
-            if not self.saturates:
-                # One adder, a carry chain, with the 2:1 choice in front of it: the pair's
-                # line bits as two G-Binary lanes or one G-Ternary lane are each just an
-                # addend. A word that is not a write adds 0, so for a readout the sum is the
-                # row it read: the readout keeps and compares the sum.
-                lane = (g * G) // 2 + pair
-                result = choose_and_add(
-                    m, addend=_pair_addend(addends.low[lane], addends.sign[lane],
-                                           addends.high[lane], CW),
-                    from_last=control.from_last, last=last, chosen=chosen, cells=self.cells,
-                    name=f"g{g}_p{pair}_fold")
-                row_in.append(result)
-                tests.append(_pair_tests(m, result, thresholds, CW, f"g{g}_p{pair}",
-                                         cells=self.cells))
+            name = f"g{g}_p{pair}_fold"
+            if self.saturates:
+                line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
+                row = Mux(control.from_last, last, chosen)
+                result, pair_tests = self._fold_by_engines(
+                    m, name, row, addends.votes[line_bits], addends.codes[line_bits],
+                    thresholds)
             else:
-                signs, terns = self._engines(m, f"g{g}_p{pair}_fold")
-                tests.append({
-                    "sign": signs.o.payload.sign, "tie": signs.o.payload.tie,
-                    "positive": terns.o.payload.positive,
-                    "negative": terns.o.payload.negative,
-                    "saturated": Cat(signs.o.payload.saturated, terns.o.payload.saturated),
-                    "invalid": terns.o.payload.invalid})
-                row_in.append(Mux(control.from_last, last, chosen))
-                # Each engine changes the row only when its route folds, so the result is
-                # the row with both engines' changes (a G-Ternary row's upper bits stay 0);
-                # the engines hold a lane that is full.
-                counts = signs.o.payload.counts.as_value()
-                sums = terns.o.payload.sums.as_value()
-                result = counts ^ row_of_sums(sums ^ row_in[-1][:CW + 1], CW)
+                # A word that is not a write adds 0, so for a readout the sum is the row it
+                # read: the readout keeps and compares the sum.
+                fold = m.submodules[name] = PairFold(
+                    max_workers=self.max_workers, counter_bits=self.counter_bits,
+                    cells=self.cells)
+                lane = (g * G) // 2 + pair
+                m.d.comb += [fold.addend_low.eq(addends.low[lane]),
+                             fold.addend_sign.eq(addends.sign[lane]),
+                             fold.addend_high.eq(addends.high[lane]),
+                             fold.from_last.eq(control.from_last), fold.last.eq(last),
+                             fold.chosen.eq(chosen), fold.thresholds.eq(thresholds)]
+                row = result = fold.sum
+                # No lane fills: the engines fold where one could.
+                pair_tests = {"sign": fold.sign, "tie": fold.tie, "positive": fold.positive,
+                              "negative": fold.negative, "saturated": Const(0, 3)}
+            row_in.append(row)
+            tests.append(pair_tests)
             # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
             with m.If(control.clear):
                 m.d.sync += rows.new[g][pair].eq(0)
             with m.Else():
                 m.d.sync += rows.new[g][pair].eq(result)
-            if self.saturates:
-                m.d.comb += [
-                    signs.i.payload.counts.eq(row_in[-1]),
-                    signs.i.payload.votes.eq(addends.votes[line_bits]),
-                    signs.i.payload.fold.eq(-1),
-                    signs.i.payload.majority.eq(thresholds.majority),
-                    terns.i.payload.sums.eq(sums_of_row(row_in[-1], CW)),
-                    terns.i.payload.codes.eq(addends.codes[line_bits]),
-                    terns.i.payload.fold.eq(-1),
-                    terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
-                ]
         group.row = Cat(row_in)
 
         # The lanes' flags are registered before they are ORed, off the fold's path.
@@ -451,15 +439,14 @@ class LaneTile(wiring.Component):
     def saturates(self):
         """Whether a lane can fill (counters narrower than the default): then the engines
         fold, with their saturation tests, instead of one adder per pair of line bits."""
-        return any(lanes_saturate(self.max_workers, limit=limit)
-                   for limit in (count_limit(self.counter_bits),
-                                 sum_limit(self.max_workers, self.counter_bits)))
+        return lanes_can_fill(max_workers=self.max_workers, counter_bits=self.counter_bits)
 
     def _fold_adds(self, m, line, fold_word):
-        """The registered addend bits of every pair of line bits (:func:`_pair_addend`),
-        ``low``, ``sign`` and ``high``, from the line and the word's route, a cycle before
-        the fold; and ``invalid``, a list with each group of lanes' tests of its G-Ternary
-        codes, a bit for every two pairs of line bits: one of them is invalid.
+        """The registered addend bits of every pair of line bits
+        (:func:`~.pair_fold.pair_addend`), ``low``, ``sign`` and ``high``, from the line and
+        the word's route, a cycle before the fold; and ``invalid``, a list with each group of
+        lanes' tests of its G-Ternary codes, a bit for every two pairs of line bits: one of
+        them is invalid.
 
         A pair's two line bits are, in a G-Binary window, the votes of two lanes, whose
         counters sit side by side in the pair's ``2C`` row bits (low and high); in a
@@ -498,19 +485,42 @@ class LaneTile(wiring.Component):
             invalid.append(codes)
         return SimpleNamespace(low=low, sign=adds.sign, high=adds.high, invalid=invalid)
 
-    def _engines(self, m, name):
-        """Every route's engine (:data:`~.engines.ENGINES`) for one pair of line bits, named
-        ``<name>_<role>``; returns the G-Binary and the G-Ternary engine."""
+    def _fold_by_engines(self, m, name, row, votes, codes, thresholds):
+        """One pair's fold where a lane can fill: every route's engine
+        (:data:`~.engines.ENGINES`, named ``<name>_<role>``) on the ``row``, with the pair's
+        ``votes`` and ``codes``; returns the folded row and the pair's tests. Each engine
+        changes the row only when its route folds, so the result is the row with both
+        engines' changes (a G-Ternary row's upper bits stay 0); the engines hold a lane that
+        is full, and their comparisons read the row as it came in, a readout's row."""
+        CW = self.counter_bits
         built = {}
         for route, engine in ENGINES.items():
-            # Each worker's vote or code folds once per slot (the contribution bitmap), so a
-            # default-width counter never fills and the engines leave out saturation.
+            # Each worker's vote or code folds once per slot (the contribution bitmap), so
+            # an engine leaves out the saturation test of a state that cannot fill.
             built[route] = block = engine.component(
-                line_bits=2, max_workers=self.max_workers,
-                counter_bits=self.counter_bits, max_contributions=self.max_workers)
+                line_bits=2, max_workers=self.max_workers, counter_bits=CW,
+                max_contributions=self.max_workers)
             m.submodules[f"{name}_{engine.role}"] = block
             m.d.comb += [block.i.valid.eq(1), block.o.ready.eq(1)]
-        return built[Route.GBINARY], built[Route.GTERNARY]
+        signs, terns = built[Route.GBINARY], built[Route.GTERNARY]
+        m.d.comb += [
+            signs.i.payload.counts.eq(row),
+            signs.i.payload.votes.eq(votes),
+            signs.i.payload.fold.eq(-1),
+            signs.i.payload.majority.eq(thresholds.majority),
+            terns.i.payload.sums.eq(sums_of_row(row, CW)),
+            terns.i.payload.codes.eq(codes),
+            terns.i.payload.fold.eq(-1),
+            terns.i.payload.gate_less_one.eq(thresholds.gate_less_one),
+        ]
+        counts = signs.o.payload.counts.as_value()
+        sums = terns.o.payload.sums.as_value()
+        result = counts ^ row_of_sums(sums ^ row[:CW + 1], CW)
+        tests = {"sign": signs.o.payload.sign, "tie": signs.o.payload.tie,
+                 "positive": terns.o.payload.positive, "negative": terns.o.payload.negative,
+                 "saturated": Cat(signs.o.payload.saturated, terns.o.payload.saturated),
+                 "invalid": terns.o.payload.invalid}
+        return result, tests
 
 
 def _response_part_layout(group_lanes, groups):
@@ -592,62 +602,6 @@ def _ring(m, name, *, depth, push, parts, pop):
     return entries
 
 
-def _pair_thresholds(word, counter_bits):
-    """``(layout, value)`` of a pair's copy of the thresholds (:func:`_pair_tests`), from
-    the fold word ``word``: ``low`` (its ``low_threshold``) and ``odd`` (``N`` is odd)."""
-    majority = word.majority
-    layout = data.StructLayout({"low": counter_bits, "odd": 1})
-    return layout, Cat(word.low_threshold, majority.above[0] ^ majority.below[0])
-
-
-def plus_test(sign, greater, equal, lower):
-    """The G-Ternary +1 test of a pair from its sum's sign and the low tree's halves
-    (:func:`~.lane_logic.kept_compare`): the sum is positive and its low bits exceed the
-    threshold."""
-    return ~sign & (greater | equal & lower)
-
-
-def _pair_tests(m, row, thresholds, counter_bits, name, *, cells=None):
-    """The readout's comparisons of a pair of line bits whose lanes cannot fill, on the
-    fold's result ``row`` (``2C`` bits), and its flags: ``{"sign", "tie"}`` (a bit per
-    G-Binary lane), ``{"positive", "negative"}`` (the G-Ternary lane's ``GATED`` code) and
-    ``{"saturated"}`` (invalid codes are tested with the addends, :meth:`LaneTile._fold_adds`).
-
-    Three comparison trees (:func:`~.lane_logic.kept_compare`), where each route alone
-    needs two, all against the one threshold the control plane chose for the readout
-    (:func:`low_threshold`), as a readout uses one route's answers. The low ``C`` bits are
-    the low G-Binary counter and the G-Ternary sum's low bits: their tree's "greater" is
-    the low lane's ``SIGN`` bit (against ``N // 2``), or with the sum's sign clear the
-    ``+1`` (against ``gate - 1``). The high lane's tree compares the ``C - 1`` bits below
-    its top bit with the threshold's (``N // 2 < 2**(C-1)`` where a counter holds
-    MAX_WORKERS, so the top bit alone says above), and the ``-1`` test compares the low bits
-    with the threshold's complement (docs/design.md, "Lane tiles"). Each answer is one kept
-    gate after its tree; the answers of the route the readout does not use are don't-care.
-    """
-    C = counter_bits
-    low, high, sign = row[:C], row[C:2 * C], row[C]
-    top = high[C - 1]
-    first = kept_compare(m, low, thresholds.low, f"{name}_low")
-    second = kept_compare(m, high[:C - 1], thresholds.low[:C - 1], f"{name}_high")
-    within = kept_compare(m, low, ~thresholds.low, f"{name}_within", equal=False)
-    odd = thresholds.odd
-    # The +1 test is the low lane's SIGN with the sum's sign clear: left to synthesis, it
-    # read the kept SIGN, a level more after the carry chain than the other answers.
-    (greater, equal), *rest = first
-    positive = gate(m, plus_test, [sign, greater, equal, rest[0][0] if rest else Const(0, 1)],
-                    cells=cells, name=f"{name}_positive")
-    return {
-        "sign": Cat(kept(m, joined_greater(first), f"{name}_low_sign"),
-                    kept(m, top | joined_greater(second), f"{name}_high_sign")),
-        "tie": Cat(kept(m, joined_equal(first) & ~odd, f"{name}_low_tie"),
-                   kept(m, ~top & joined_equal(second) & ~odd, f"{name}_high_tie")),
-        "positive": positive,
-        "negative": kept(m, sign & ~joined_greater(within), f"{name}_negative"),
-        # No lane fills: the engines fold where one could.
-        "saturated": Const(0, 3),
-    }
-
-
 def _part(word, *names):
     """``(layout, value)``: the struct layout of the fields ``names`` of ``word`` (a struct
     view), in that order, and those fields' bits as one value of that layout."""
@@ -656,7 +610,7 @@ def _part(word, *names):
 
 
 def _joined(tests, field):
-    """One field of every pair's tests (:func:`_pair_tests`), joined in line order."""
+    """One field of every pair's tests (:meth:`LaneTile._fold`), joined in line order."""
     return Cat(pair_tests[field] for pair_tests in tests)
 
 
@@ -665,17 +619,3 @@ def _check_even(name, value):
     if value % 2:
         raise ValueError(f"{name} must be an even number, not {value!r}")
     return value
-
-
-def _pair_addend(low, sign, high, counter_bits):
-    """The ``2C``-bit addend of a pair of line bits: ``low`` at bit 0, ``high`` at bit
-    ``C``, ``sign`` at every other bit.
-
-    In a G-Binary window ``sign`` is 0 and the two counters add their votes; the low
-    counter never carries into the high one, as it holds at most MAX_WORKERS (the
-    engines fold where it could fill). In a G-Ternary window the sum is sign-extended
-    over the pair's bits and a -1 sets them all.
-    """
-    C = counter_bits
-    return Cat(low, sign.replicate(C - 1), high, sign.replicate(C - 1))
-

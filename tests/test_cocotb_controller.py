@@ -44,14 +44,13 @@ def test_verilog_matches_the_model_on_icarus(small_verilog, tmp_path, traces, se
 def plant_inverted_tie_rule(source, target):
     """Copy the Verilog with the G-Binary majority's tie going negative (``2n >= N``).
 
-    Each pair of line bits in a tile joins a G-Binary lane's comparison tree in
-    ``g<g>_p<p>_<low|high>_sign`` (``n > N // 2``) and ``..._tie`` (``2n == N``); a
-    sign-count engine's lane ``k`` (where counters can fill) in ``lane<k>_sign`` and
-    ``lane<k>_tie``. The planted sign also takes the tie, which differs for an even N only:
-    a tie then reads negative.
+    Each pair fold in a tile joins a G-Binary lane's comparison tree in ``<low|high>_sign``
+    (``n > N // 2``) and ``<low|high>_tie`` (``2n == N``); a sign-count engine's lane ``k``
+    (where counters can fill) in ``lane<k>_sign`` and ``lane<k>_tie``. The planted sign also
+    takes the tie, which differs for an even N only: a tie then reads negative.
     """
     text = source.read_text(encoding="utf-8")
-    planted, count = re.subn(r"assign (lane\d+|g\d+_p\d+_(?:low|high))_sign = ([^;]+);",
+    planted, count = re.subn(r"assign (lane\d+|low|high)_sign = ([^;]+);",
                              r"assign \1_sign = \2 | \1_tie;", text)
     assert count >= 1, "expected the G-Binary lanes' majority comparisons"
     target.write_text(planted, encoding="utf-8")
@@ -84,8 +83,8 @@ def plant_tile_without_forwarding(source, target, *, module, tile):
     text = source.read_text(encoding="utf-8")
     start = text.index(f"module {module}__tile_{tile}(")
     end = text.index("endmodule", start)
-    body, count = re.subn(rf"g\d+_p\d+_loop\[{from_last}\] \? row_new", "1'b0 ? row_new",
-                          text[start:end])
+    body, count = re.subn(rf"\.from_last\(g\d+_p\d+_loop\[{from_last}\]\)",
+                          ".from_last(1'b0)", text[start:end])
     assert count >= 1, f"expected tile {tile}'s forward selects"
     target.write_text(text[:start] + body + text[end:], encoding="utf-8")
 

@@ -14,7 +14,8 @@ from amaranth.sim import Simulator
 
 from neuron_fabric.gen.tools import tool
 from neuron_fabric.hw import row_cells
-from neuron_fabric.hw.lane_tile import LaneTile, plus_test
+from neuron_fabric.hw.lane_tile import LaneTile
+from neuron_fabric.hw.pair_fold import plus_test
 from neuron_fabric.hw.row_cells import CodeChoice, FoldAdder, ForwardChoice
 
 
@@ -47,7 +48,7 @@ CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("
 
 
 class _PlusTest(wiring.Component):
-    """The tile's +1 test (:func:`~neuron_fabric.hw.lane_tile.plus_test`) as a
+    """The tile's +1 test (:func:`~neuron_fabric.hw.pair_fold.plus_test`) as a
     :func:`~neuron_fabric.hw.row_cells.gate` of its four bits (the sum's sign, then the
     comparison's halves), or of the first ``width`` of them, the others 0."""
 
