@@ -48,7 +48,7 @@ from ..golden.validate import check_int
 __all__ = ["GRAD_TYPES", "Workspace", "gbinary_encode", "gbinary_aggregate_planes",
            "gbinary_readout_planes",
            "gbinary_parse_readout", "gbinary_decode",
-           "gternary_threshold", "gternary_encode_lines", "gternary_encode",
+           "gternary_threshold", "gternary_tau", "gternary_encode_lines", "gternary_encode",
            "gternary_aggregate_planes", "gternary_readout_planes",
            "gternary_parse_readout", "gternary_decode",
            "counter_words", "counter_words_numpy", "uniform_draws", "uniform_draws_numpy",
@@ -647,6 +647,16 @@ def gternary_threshold(grad, *, ratio):
         _refuse_nan(flat)
     peak = max(high, -low)
     return _exact_threshold(ratio * peak, flat.dtype), peak
+
+
+def gternary_tau(peak, *, ratio, dtype=torch.float32):
+    """The threshold of :func:`gternary_threshold` from ``peak`` = ``max|g|`` found by the
+    caller (the hooks find it in their pass over the stream): ``ratio * peak`` rounded up
+    to ``dtype``."""
+    _check_real("ratio", ratio)
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"ratio must be between 0 and 1, not {ratio!r}")
+    return _exact_threshold(ratio * peak, dtype)
 
 
 def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, out=None,

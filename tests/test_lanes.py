@@ -381,6 +381,67 @@ def test_statistics_are_the_float64_sums(group, size):
     assert float(l1) == pytest.approx(float(np.abs(wide).sum()), rel=1e-6, abs=0)
 
 
+class Slices(torch.nn.Module):
+    """Parameters whose slices start and stop inside the pass's chunks and lines."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Parameter(torch.zeros(1500))
+        self.b = torch.nn.Parameter(torch.zeros(700))
+        self.c = torch.nn.Parameter(torch.zeros(3001))
+        self.d = torch.nn.Parameter(torch.zeros(1))
+
+
+@pytest.mark.parametrize("route", [GBINARY, GTERNARY])
+@pytest.mark.parametrize("layout", ["back_to_back", "gaps_and_residuals"])
+def test_the_pass_over_a_stream_makes_what_the_separate_passes_make(group, monkeypatch, route,
+                                                                   layout):
+    """The pass over a route's stream, a chunk at a time: p = g + residual, the float64 sums
+    of g^2 and |p| per slice, G-Ternary's max |p|, and the G-Binary lines (dithered, and
+    this worker's signs before the dither) as the twin encodes the whole stream."""
+    from neuron_fabric.host.runtime import FP32, GBinaryOptions
+
+    monkeypatch.setattr(hooks, "_PASS_CHUNK", 1024)  # many chunks, slices across them
+    model = Slices()
+    names = ["a", "b", "c", "d"]
+    routes = {name: route for name in names}
+    if layout == "gaps_and_residuals":
+        routes["b"] = FP32
+    hook = hooks.FabricHook(model, routes=routes, regions={name: "backbone" for name in names},
+                            gbinary=GBinaryOptions(dither=True, error_feedback=True))
+    rng = np.random.default_rng(3)
+    params = [getattr(model, name) for name in names]
+    grads = [torch.from_numpy(rng.standard_normal(p.numel()).astype(np.float32)) for p in params]
+    grads[2][::5] = 0.0
+    bucket = FakeBucket(params, grads)
+    flat = bucket.buffer()
+    segments = hooks.bucket_segments(bucket, hook._names)
+    indices = [i for i, name in enumerate(names) if routes[name] == route]
+    if layout == "gaps_and_residuals":
+        for i in indices[::2]:
+            hook._residual[names[i]] = torch.from_numpy(
+                rng.standard_normal(params[i].numel()).astype(np.float32))
+    local = torch.zeros((len(names), hooks.CONTROL_VALUES_PER_PARAMETER), dtype=torch.float64)
+    done = hook._stream_pass(route, flat, segments, indices, local, bucket_index=0)
+
+    p = [grads[i] + hook._residual[names[i]] if names[i] in hook._residual else grads[i]
+         for i in indices]
+    stream = torch.cat(p)
+    assert torch.equal(done.stream, stream)
+    for k, i in enumerate(indices):
+        g = grads[i].numpy().astype(np.float64)
+        assert float(local[i, 2]) == pytest.approx(float(g @ g), rel=1e-6, abs=0)
+        assert float(local[i, 1]) == pytest.approx(float(np.abs(p[k].numpy().astype(np.float64))
+                                                         .sum()), rel=1e-6, abs=0)
+    assert not local[[i for i in range(len(names)) if i not in indices]].any()
+    if route == GTERNARY:
+        assert done.peak == float(stream.abs().max()) and done.lines is None
+        return
+    same(gbinary.encode(stream.numpy()), done.own.view(-1, 64))
+    flip = np.unpackbits(done.flip.numpy(), bitorder="little")[:stream.numel()]
+    same(gbinary.encode(stream.numpy() * (1 - 2 * flip.astype(np.float32))), done.lines)
+
+
 # --------------------------------------------------------------------------- training
 
 @pytest.fixture(scope="module")
