@@ -5,6 +5,8 @@ builds the controller: a lane engine is proven at a tile's width, the register m
 preset's own. ``quick`` marks the subset the test suite runs.
 """
 
+import dataclasses
+
 from ..golden.formats import count_limit
 from ..golden.params import PRESETS, FabricParams
 from ..golden.regmap import register_map
@@ -51,16 +53,19 @@ class ProofParams(FabricParams):
 PROOF_PARAMS = ProofParams(line_bits=32, max_workers=2, depth=2, num_windows=1)
 PROOF_TILE_LANES = 8
 PROOF_CONFIG = (f"{PROOF_PARAMS.name}, {PROOF_TILE_LANES}-bit tiles, 4-entry buffers")
+#: The same with three workers: a bitmap that is not a power of two wide, an odd
+#: NUM_WORKERS at its largest, and 2-bit counters (the high lane's tree compares one bit).
+THREE_WORKERS = dataclasses.replace(PROOF_PARAMS, max_workers=3)
 
 
-def _controller_block():
-    return Controller(params=PROOF_PARAMS, tile_lanes=PROOF_TILE_LANES,
+def _controller_block(params=PROOF_PARAMS):
+    return Controller(params=params, tile_lanes=PROOF_TILE_LANES,
                       group_lanes=PROOF_TILE_LANES, max_reads=2, buffer_depth=4)
 
 
-def _controller(**kwargs):
+def _controller(params=PROOF_PARAMS, **kwargs):
     def spec():
-        return ControllerSpec(controller=_controller_block(), **kwargs)
+        return ControllerSpec(controller=_controller_block(params), **kwargs)
     return spec
 
 
@@ -166,7 +171,17 @@ def controller_proofs():
     resets = _controller(checks=("handshake", "reset"), resets=True, address_bits=ADDRESS_BITS)
     power_up = _controller(checks=("handshake", "responses", "reset"),
                            address_bits=ADDRESS_BITS)
+    # Three workers: the groups a worker count touches (the bitmaps and statuses, the folds
+    # and readouts, the NUM_WORKERS field's range), each with its cover.
+    three = (f"{THREE_WORKERS.name}, {PROOF_TILE_LANES}-bit tiles, 4-entry buffers, "
+             f"addresses below {2 ** ADDRESS_BITS}")
+    for group in ("responses", "aggregation", "registers"):
+        proofs.append(Proof(f"controller_{group}_3_workers", f"controller: {group}", three,
+                            "bmc", CONTRACT_DEPTH, _group(group, params=THREE_WORKERS)))
     proofs += [
+        Proof("controller_contract_cover_3_workers", "controller", three, "cover",
+              CONTRACT_DEPTH, _controller(THREE_WORKERS, checks=CONTRACT,
+                                          address_bits=ADDRESS_BITS)),
         Proof("controller_contract_cover", "controller", PROOF_CONFIG, "cover",
               CONTRACT_DEPTH, _controller(checks=CONTRACT)),
         Proof("controller_reset", "controller: reset", DEEP_CONFIG, "bmc", RESET_DEPTH,
