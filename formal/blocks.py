@@ -244,8 +244,8 @@ class PairFoldSpec(Elaboratable):
         majority_read = (readout == Readout.SIGN) | (readout == Readout.TERNARY)
         with m.If(majority_read & (counts[0] <= num_workers) & (counts[1] <= num_workers)):
             for lane, count in enumerate(counts):
-                sign, not_tie = majority_reference(count, num_workers)
-                m.d.comb += [Assert(fold.sign[lane] == sign),
+                negative, not_tie = majority_reference(count, num_workers)
+                m.d.comb += [Assert(fold.sign[lane] == negative),
                              Assert(fold.tie[lane] == ~not_tie)]
         signed_total = total.as_signed()
         with m.If((readout == Readout.GATED) & (signed_total >= -MW) & (signed_total <= MW)):

@@ -54,7 +54,7 @@ PROOF_PARAMS = ProofParams(line_bits=32, max_workers=2, depth=2, num_windows=1)
 PROOF_TILE_LANES = 8
 PROOF_CONFIG = (f"{PROOF_PARAMS.name}, {PROOF_TILE_LANES}-bit tiles, 4-entry buffers")
 #: The same with three workers: a bitmap that is not a power of two wide, an odd
-#: NUM_WORKERS at its largest, and 2-bit counters (the high lane's tree compares one bit).
+#: NUM_WORKERS at its largest, and counters that reach their largest value (3 in 2 bits).
 THREE_WORKERS = dataclasses.replace(PROOF_PARAMS, max_workers=3)
 
 

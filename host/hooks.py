@@ -604,16 +604,8 @@ class FabricHook:
         else:
             stream = self._buffer(route, "stream", (count,), torch.float32, device)
         done = _Pass(stream)
-        encoding = route == GBINARY and self.lanes == "torch"
-        if encoding:
-            options = self.gbinary
-            nbytes = line_bytes(self.line_bits)
-            n_lines = -(-count // self.line_bits)
-            done.lines = self._buffer(route, "lines", (n_lines, nbytes), torch.uint8, device)
-            if options.dither:
-                done.flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
-            if options.error_feedback:
-                done.own = self._buffer(route, "own", (n_lines * nbytes,), torch.uint8, device)
+        if route == GBINARY and self.lanes == "torch":
+            self._pass_line_buffers(done, count, bucket_index, device)
         bounds, start = [], 0
         for index in indices:
             bounds.append((start, start + segments[index][2]))
@@ -635,56 +627,84 @@ class FabricHook:
                     if bounds[j][0] >= c1:
                         break
                     continue
-                offset = segments[indices[j]][1] + a - bounds[j][0]
-                grad = flat[offset:offset + b - a]
-                part, mag = parts[len(owners)], magnitude[:b - a]
+                name, offset = segments[indices[j]][:2]
+                grad = flat[offset + a - bounds[j][0]:offset + b - bounds[j][0]]
+                residual = (self._residual[name][a - bounds[j][0]:b - bounds[j][0]]
+                            if added[j] else None)
+                self._pass_piece(route, grad, residual, None if viewing else stream[a:b],
+                                 parts[len(owners)], magnitude[:b - a])
                 owners.append(j)
-                torch.abs(grad, out=mag)
-                if added[j]:
-                    p = stream[a:b]
-                    torch.sum(mag.mul_(mag), dim=0, out=part[0])
-                    torch.add(grad, self._residual[segments[indices[j]][0]][
-                        a - bounds[j][0]:b - bounds[j][0]], out=p)
-                    torch.abs(p, out=mag)
-                    torch.sum(mag, dim=0, out=part[1])
-                    if route == GTERNARY:
-                        torch.amax(mag, dim=0, out=part[2])
-                else:
-                    if not viewing:
-                        stream[a:b].copy_(grad)
-                    torch.sum(mag, dim=0, out=part[1])
-                    if route == GTERNARY:
-                        torch.amax(mag, dim=0, out=part[2])
-                    torch.sum(mag.mul_(mag), dim=0, out=part[0])
-            if encoding:
-                l0, l1 = c0 // self.line_bits, -(-c1 // self.line_bits)
-                b0 = c0 // 8
-                _lanes.gbinary_encode(
-                    stream[c0:c1], line_bits=self.line_bits, out=done.lines[l0:l1],
-                    dither=None if done.flip is None else done.flip[b0:],
-                    undithered=(None if done.own is None else
-                                done.own[l0 * nbytes:l1 * nbytes]),
-                    workspace=self._workspace, nan_check=False)  # NaN: encoded again
-        if not owners:
-            return done
-        used = parts[:len(owners)]
+            if done.lines is not None:
+                self._pass_encode(done, stream, c0, c1)
+        if owners:
+            self._pass_sums(route, done, parts[:len(owners)], owners, flat, segments, indices,
+                            bounds, added, local)
+        return done
+
+    def _pass_line_buffers(self, done, count, bucket_index, device):
+        """The G-Binary lines the pass encodes, with their dither and undithered bits."""
+        options, nbytes = self.gbinary, line_bytes(self.line_bits)
+        n_lines = -(-count // self.line_bits)
+        done.lines = self._buffer(GBINARY, "lines", (n_lines, nbytes), torch.uint8, device)
+        if options.dither:
+            done.flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
+        if options.error_feedback:
+            done.own = self._buffer(GBINARY, "own", (n_lines * nbytes,), torch.uint8, device)
+
+    @staticmethod
+    def _pass_piece(route, grad, residual, copy, part, magnitude):
+        """One slice's part of a chunk: ``part`` gets its sum ``g^2``, sum ``|p|`` and (for
+        G-Ternary) max ``|p|``; ``p`` goes to ``copy`` (None where the stream is the bucket).
+        With a ``residual``, ``p`` = ``grad + residual`` and ``copy`` is where it goes.
+        ``magnitude`` is float32 scratch of the piece's length."""
+        torch.abs(grad, out=magnitude)
+        if residual is not None:
+            torch.sum(magnitude.mul_(magnitude), dim=0, out=part[0])
+            torch.add(grad, residual, out=copy)
+            torch.abs(copy, out=magnitude)
+            torch.sum(magnitude, dim=0, out=part[1])
+            if route == GTERNARY:
+                torch.amax(magnitude, dim=0, out=part[2])
+        else:
+            if copy is not None:
+                copy.copy_(grad)
+            torch.sum(magnitude, dim=0, out=part[1])
+            if route == GTERNARY:
+                torch.amax(magnitude, dim=0, out=part[2])
+            torch.sum(magnitude.mul_(magnitude), dim=0, out=part[0])
+
+    def _pass_encode(self, done, stream, c0, c1):
+        """The G-Binary lines of the stream's elements ``c0`` to ``c1``, while they are in
+        the cache (a chunk starts on a line: :data:`_PASS_CHUNK` is a multiple of any
+        LINE_BITS)."""
+        nbytes = line_bytes(self.line_bits)
+        l0, l1 = c0 // self.line_bits, -(-c1 // self.line_bits)
+        _lanes.gbinary_encode(
+            stream[c0:c1], line_bits=self.line_bits, out=done.lines[l0:l1],
+            dither=None if done.flip is None else done.flip[c0 // 8:],
+            undithered=None if done.own is None else done.own[l0 * nbytes:l1 * nbytes],
+            workspace=self._workspace, nan_check=False)  # NaN: encoded again
+
+    def _pass_sums(self, route, done, used, owners, flat, segments, indices, bounds, added,
+                   local):
+        """The pieces' float32 sums added up per slice in float64 into ``local``, taken
+        again in float64 where they are not finite, and G-Ternary's peak into ``done``."""
+        device = used.device
         owner = torch.tensor(owners, dtype=torch.int64, device=device)
         sums = torch.zeros((len(indices), 2), dtype=torch.float64, device=device)
         sums.index_add_(0, owner, used[:, :2].to(torch.float64))
         if route == GTERNARY:
             done.peak = float(used[:, 2].max())
         for j, (sumsq, l1) in enumerate(sums.tolist()):
-            index = indices[j]
-            name, offset, numel = segments[index]
+            name, offset, numel = segments[indices[j]]
             if not (math.isfinite(sumsq) and math.isfinite(l1)):  # float32 overflow, or NaN
                 sums[j] = 0.0
                 self._wide_sums(flat[offset:offset + numel], sumsq=sums[j, 0],
                                 l1=None if added[j] else sums[j, 1])
                 if added[j]:
-                    self._wide_sums(stream[bounds[j][0]:bounds[j][1]], l1=sums[j, 1])
+                    self._wide_sums(done.stream[bounds[j][0]:bounds[j][1]], l1=sums[j, 1])
         local[indices, 2] += sums[:, 0]
         local[indices, 1] += sums[:, 1]
-        return done
 
     def _stream(self, flat, segments, indices, safe, local, bucket_index, route):
         """The values a route compresses, ``p`` = gradient plus residual, slice after slice:

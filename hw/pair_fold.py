@@ -49,8 +49,8 @@ def pair_addend(low, sign, high, counter_bits):
 
     In a G-Binary window ``sign`` is 0 and the two counters add their votes; the low counter
     never carries into the high one, as it holds at most MAX_WORKERS. In a G-Ternary window
-    ``low`` and ``sign`` are the code's bits: the sum is sign-extended over the pair's bits
-    and a -1 sets them all.
+    ``low`` is the code's first bit, and ``sign`` and ``high`` are set for a -1 (``11``): the
+    sum is sign-extended over the pair's bits and a -1 sets them all.
     """
     C = counter_bits
     return Cat(low, sign.replicate(C - 1), high, sign.replicate(C - 1))
