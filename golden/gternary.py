@@ -30,8 +30,8 @@ from .formats import (COUNTER_BITS_LIMIT, GATE_MAX, MAX_WORKERS_LIMIT, ROUTE_SPE
                       check_readout_lines, readout_lines_per_slot, sum_limit)
 
 __all__ = ["ZERO_CODE", "PLUS_CODE", "MINUS_CODE", "INVALID_CODE", "INVALID_VALUE", "encode",
-           "ternarize", "codes", "invalid_lanes", "aggregate", "aggregate_planes", "gate",
-           "readout", "readout_planes", "parse_readout", "decode"]
+           "codes_into", "ternarize", "codes", "invalid_lanes", "aggregate", "aggregate_planes",
+           "gate", "readout", "readout_planes", "parse_readout", "decode"]
 
 LANE_BITS = ROUTE_SPECS[Route.GTERNARY].lane_bits
 #: The 2-bit codes: two's complement of 0, +1 and -1; the fourth is invalid.
@@ -193,15 +193,32 @@ def encode(grad, *, ratio, line_bits=512, rng=None, scale=None, draws=None):
         values = np.zeros(n_lines * line_bits // 2, dtype=np.int8)
         np.subtract(positive.view(np.int8), negative.view(np.int8), out=values[:flat.size])
         return _lines.pack_lanes(values.reshape(n_lines, -1), lane_bits=LANE_BITS)
+    codes_into(flat, tau, draws, out)
+    return out.reshape(n_lines, nbytes)
+
+
+def codes_into(flat, tau, draws, out):
+    """:func:`encode`'s second pass, for a caller that has its threshold (the DDP hooks take
+    one a bucket): the codes of the 1-D gradient ``flat`` (float16, float32 or float64)
+    against ``tau`` (>= 0, exact in ``flat``'s type, as :func:`encode` makes it), kept where
+    the scaled draws ``draws`` (float32 ``u * s``, one an element, or None) are below
+    ``|g|``, packed into ``out``: the lines' bytes, ``uint8``, C-contiguous, a whole number
+    of 8-byte words and at least ``ceil(flat.size / 32)`` of them. Words past the last
+    element are 0."""
+    if (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.ndim != 1
+            or out.size % 8 or out.size < 8 * -(-flat.size // 32)
+            or not out.flags.c_contiguous):
+        raise ValueError(f"out must be C-contiguous uint8 bytes, whole 8-byte words, room for "
+                         f"{flat.size} codes, not {out!r:.60}")
     if flat.dtype == np.float16:  # widened exactly, and so compared exactly
         flat, tau = flat.astype(np.float32), np.float32(tau)
+    tau = flat.dtype.type(tau)
     if tau == 0:  # |g| >= 0 holds everywhere; the smallest positive value keeps sign(0) at 0
         tau = np.nextafter(flat.dtype.type(0), flat.dtype.type(1))
     words = out.view("<u8")  # the kernel packs lanes into little-endian words
     written = -(-flat.size // 32)
     _kernels().ternary_codes(flat, tau, draws, words)
     words[written:] = 0  # the padding words
-    return out.reshape(n_lines, nbytes)
 
 
 def codes(lines):
@@ -471,7 +488,7 @@ def _digits_to_lanes(digits, bits, out):
     np.copyto(lanes[32 * half:], pairs, casting="unsafe")
 
 
-def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=False):
+def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=False, out=None):
     """The sums of :func:`aggregate` as the device reads them out: ``SUMS`` lines, never unpacked.
 
     Same arguments and rules as :func:`aggregate`. Returns ``uint8``
@@ -481,13 +498,21 @@ def aggregate_planes(lines, *, max_workers, counter_bits=None, return_saturated=
     ``2t + 1``. That is each slot's ``SUMS`` readout, so ``.reshape(-1, line_bytes)`` gives
     the readout lines, and :func:`readout_planes` derives the ``GATED`` readout from it.
     With ``return_saturated=True`` also the boolean mask ``(n_lines, line_bits // 2)`` of the
-    lanes that saturated.
+    lanes that saturated. ``out``, a C-contiguous ``uint8`` array of that shape, receives the
+    lines in place of a new array.
     """
     lines, line_bits, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
     per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
-    # Every line is written when any worker contributes: no zeros to write first.
-    out = (np.empty if workers else np.zeros)((n_lines, per_slot, nbytes), dtype=np.uint8)
+    shape = (n_lines, per_slot, nbytes)
+    if out is None:  # every line is written when any worker contributes: no zeros first
+        out = (np.empty if workers else np.zeros)(shape, dtype=np.uint8)
+    elif (not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != shape
+          or not out.flags.c_contiguous):
+        raise ValueError(f"out must be a C-contiguous uint8 numpy.ndarray of shape {shape}, "
+                         f"not {out!r:.60}")
+    elif not workers:
+        out[...] = 0
     saturated = np.zeros((n_lines, line_bits // 2), dtype=bool) if return_saturated else None
     if workers and workers <= sum_limit(max_workers, counter_bits):  # no sum can saturate
         _fast_sums(gbinary._word_rows(lines), 0, out.view(np.uint64), streaming=True)

@@ -173,6 +173,10 @@ def test_gternary_sums_match_the_step_wise_reference_for_every_worker_count(work
         assert planes.shape == (n_lines, per_slot, line_bits // 8)
         np.testing.assert_array_equal(planes, lines.pack_planes(expected, planes=per_slot, lane_bits=2))
         np.testing.assert_array_equal(saturated, over)
+        given = np.full_like(planes, 0xA5)  # written whole, in place
+        assert gternary.aggregate_planes(data, max_workers=max_workers, counter_bits=counter_bits,
+                                         out=given) is given
+        np.testing.assert_array_equal(given, planes)
         for gate in {0, 1, 2, limit, limit + 1, int(rng.integers(0, 256))}:
             np.testing.assert_array_equal(
                 gternary.readout_planes(planes, readout=Readout.GATED, gate=gate),
@@ -223,6 +227,27 @@ def test_gternary_one_sided_lanes_stop_at_a_limit_that_is_not_all_ones():
     planes, saturated = gternary.aggregate_planes(data, max_workers=5, return_saturated=True)
     np.testing.assert_array_equal(lines.unpack_planes(planes, lane_bits=2, signed=True)[0], expected)
     np.testing.assert_array_equal(saturated[0], over)
+
+
+def test_gternary_planes_refuse_an_out_they_cannot_fill():
+    data = pack_codes(np.ones((3, 512), dtype=np.int8), 512)  # two lines a worker
+    planes = gternary.aggregate_planes(data, max_workers=4)
+    for out in (planes[:, :1].copy(), planes.astype(np.int8), planes[::-1], list(planes)):
+        with pytest.raises(ValueError, match="out must be a C-contiguous uint8"):
+            gternary.aggregate_planes(data, max_workers=4, out=out)
+
+
+def test_gternary_codes_refuse_an_out_without_room():
+    grad = np.linspace(-1, 1, 100, dtype=np.float32)
+    for out in (np.zeros(24, np.uint8), np.zeros(33, np.uint8), np.zeros(32, np.int8),
+                np.zeros((4, 8), np.uint8), np.zeros(64, np.uint8)[::2]):
+        with pytest.raises(ValueError, match="out must be C-contiguous uint8 bytes"):
+            gternary.codes_into(grad, 0.5, None, out)
+    out = np.full(40, 0xA5, np.uint8)  # four words for 100 codes, one spare
+    gternary.codes_into(grad, np.float32(0.5), None, out)
+    np.testing.assert_array_equal(out[:32], gternary.encode(grad, ratio=0.5, line_bits=128)
+                                  .reshape(-1)[:32])
+    assert not out[32:].any()
 
 
 def test_gternary_invalid_codes_count_as_zero_without_saturation():

@@ -8,6 +8,7 @@ torch lanes, bit-identical at every step.
 The CUDA tests run the same comparisons on a GPU and skip where there is none.
 """
 
+import contextlib
 
 import numpy as np
 import pytest
@@ -28,6 +29,21 @@ LINE_BITS = (128, 256, 512, 1024)
 CUDA = pytest.mark.skipif(not torch.cuda.is_available(),
                           reason="no CUDA device here (torch.cuda.is_available() is False); "
                                  "the twin's GPU path runs where one is")
+
+# On the CPU the twin runs compiled loops where torch has none; every other device runs its
+# torch arithmetic. Tests of those functions run both here.
+KERNELS = pytest.mark.parametrize("cpu_kernels_on", [True, False],
+                                  ids=["cpu-kernels", "torch-arithmetic"])
+
+
+@contextlib.contextmanager
+def cpu_kernels(cpu_kernels_on):
+    saved = lanes.CPU_KERNELS
+    lanes.CPU_KERNELS = cpu_kernels_on
+    try:
+        yield
+    finally:
+        lanes.CPU_KERNELS = saved
 
 
 def same(golden, twin):
@@ -63,19 +79,21 @@ def gradients(draw, *, size):
 
 # --------------------------------------------------------------------------- G-Binary
 
+@KERNELS
 @PROPERTY
 @given(data=st.data(), size=st.integers(0, 1500), line_bits=st.sampled_from(LINE_BITS),
        dither=st.booleans())
-def test_gbinary_encode_matches_golden(data, size, line_bits, dither):
+def test_gbinary_encode_matches_golden(cpu_kernels_on, data, size, line_bits, dither):
     grad = gradients(data.draw, size=size)
     bits = np.random.default_rng(size).integers(0, 256, -(-size // 8) + 1, dtype=np.uint8)
     flip = 1 - 2 * np.unpackbits(bits, bitorder="little")[:size].astype(np.float32)
     golden = gbinary.encode(grad * flip if dither else grad, line_bits=line_bits)
     plain = gbinary.encode(grad, line_bits=line_bits)
     undithered = torch.full((plain.size,), 0xA5, dtype=torch.uint8)
-    twin = lanes.gbinary_encode(torch.from_numpy(grad), line_bits=line_bits,
-                                dither=torch.from_numpy(bits) if dither else None,
-                                undithered=undithered)
+    with cpu_kernels(cpu_kernels_on):
+        twin = lanes.gbinary_encode(torch.from_numpy(grad), line_bits=line_bits,
+                                    dither=torch.from_numpy(bits) if dither else None,
+                                    undithered=undithered)
     same(golden, twin)
     same(plain.reshape(-1), undithered)  # the lines before the dither, for the residuals
 
@@ -101,6 +119,17 @@ def worker_lines(draw, *, workers, lanes_per_line, n_lines, nbytes):
     return out
 
 
+def some_lines_of_more(draw, lines):
+    """``lines`` as a tensor, or, as the hooks fold a bucket a chunk at a time, as a slice
+    ``[:, a:b]`` of every worker's longer lines: not contiguous, but read in place."""
+    before, after = draw(st.integers(0, 2)), draw(st.integers(0, 2))
+    workers, n_lines, nbytes = lines.shape
+    more = np.random.default_rng(before + 3 * after).integers(
+        0, 256, (workers, before + n_lines + after, nbytes), dtype=np.uint8)
+    more[:, before:before + n_lines] = lines
+    return torch.from_numpy(more)[:, before:before + n_lines]
+
+
 @PROPERTY
 @given(data=st.data(), workers=st.integers(0, MAX_WORKERS_LIMIT + 3),
        line_bits=st.sampled_from(LINE_BITS), n_lines=st.integers(0, 3),
@@ -113,7 +142,8 @@ def test_gbinary_fold_and_every_readout_match_golden(data, workers, line_bits, n
     result = refusals(
         lambda: gbinary.aggregate_planes(lines, max_workers=max_workers,
                                          counter_bits=counter_bits),
-        lambda: lanes.gbinary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers,
+        lambda: lanes.gbinary_aggregate_planes(some_lines_of_more(data.draw, lines),
+                                               max_workers=max_workers,
                                                counter_bits=counter_bits))
     if result is None:
         return
@@ -175,32 +205,38 @@ def test_a_tie_resolved_the_other_way_is_caught():
 
 # --------------------------------------------------------------------------- G-Ternary
 
+@KERNELS
 @PROPERTY
 @given(data=st.data(), size=st.integers(0, 1500), line_bits=st.sampled_from(LINE_BITS),
        ratio=st.sampled_from([0.0, 0.05, 0.5, 1.0]), dtype=st.sampled_from(["<f2", "<f4", "<f8"]))
-def test_gternary_encode_matches_golden(data, size, line_bits, ratio, dtype):
+def test_gternary_encode_matches_golden(cpu_kernels_on, data, size, line_bits, ratio, dtype):
     with np.errstate(over="ignore"):  # 3e38 is inf in float16
         grad = gradients(data.draw, size=size).astype(dtype)
-    result = refusals(lambda: gternary.encode(grad, ratio=ratio, line_bits=line_bits),
-                      lambda: lanes.gternary_encode(torch.from_numpy(grad), ratio=ratio,
-                                                    line_bits=line_bits))
+    with cpu_kernels(cpu_kernels_on):
+        result = refusals(lambda: gternary.encode(grad, ratio=ratio, line_bits=line_bits),
+                          lambda: lanes.gternary_encode(torch.from_numpy(grad), ratio=ratio,
+                                                        line_bits=line_bits))
     if result is not None:
         same(*result)
 
 
+@KERNELS
 @PROPERTY
 @given(data=st.data(), size=st.integers(0, 1200), seed=st.integers(0, 2 ** 32 - 1),
        ratio=st.sampled_from([0.0, 0.1]), scale=st.sampled_from([None, 0.0, 2.0, 1e30]),
        dtype=st.sampled_from(["<f2", "<f4", "<f8"]))
-def test_stochastic_rounding_from_a_seed_matches_golden(data, size, seed, ratio, scale, dtype):
+def test_stochastic_rounding_from_a_seed_matches_golden(cpu_kernels_on, data, size, seed, ratio,
+                                                        scale, dtype):
     with np.errstate(over="ignore"):  # 3e38 is inf in float16
         grad = gradients(data.draw, size=size).astype(dtype)
     grad[~np.isfinite(grad)] = 1.0 if scale is None else grad[~np.isfinite(grad)]
     draws = np.random.default_rng(seed).random(size, dtype=np.float32)  # the golden bits
-    result = refusals(
-        lambda: gternary.encode(grad, ratio=ratio, rng=np.random.default_rng(seed), scale=scale),
-        lambda: lanes.gternary_encode(torch.from_numpy(grad), ratio=ratio,
-                                      draws=torch.from_numpy(draws), scale=scale))
+    with cpu_kernels(cpu_kernels_on):
+        result = refusals(
+            lambda: gternary.encode(grad, ratio=ratio, rng=np.random.default_rng(seed),
+                                    scale=scale),
+            lambda: lanes.gternary_encode(torch.from_numpy(grad), ratio=ratio,
+                                          draws=torch.from_numpy(draws), scale=scale))
     if result is not None:
         same(*result)
         same(gternary.encode(grad, ratio=ratio, draws=draws, scale=scale), result[1])
@@ -221,23 +257,26 @@ def test_gternary_encode_refuses_what_the_golden_model_refuses():
                                                draws=torch.from_numpy(draws), scale=scale))
 
 
+@KERNELS
 @PROPERTY
 @given(data=st.data(), workers=st.integers(0, 40), line_bits=st.sampled_from(LINE_BITS),
        n_lines=st.integers(0, 3), max_workers=st.integers(1, MAX_WORKERS_LIMIT),
        narrow=st.integers(0, 5), invalid=st.booleans())
-def test_gternary_fold_and_every_readout_match_golden(data, workers, line_bits, n_lines,
-                                                      max_workers, narrow, invalid):
+def test_gternary_fold_and_every_readout_match_golden(cpu_kernels_on, data, workers, line_bits,
+                                                      n_lines, max_workers, narrow, invalid):
     lines = worker_lines(data.draw, workers=workers, lanes_per_line=line_bits // 2,
                          n_lines=n_lines, nbytes=line_bits // 8)
     if not invalid:  # 10 (invalid) to 00 in every lane: valid codes only
         high, low = lines & 0xAA, lines & 0x55
         lines = (low | (high & (low << 1))).astype(np.uint8)
     counter_bits = max(1, max_workers.bit_length() - narrow)  # narrow counters saturate
-    result = refusals(
-        lambda: gternary.aggregate_planes(lines, max_workers=max_workers,
-                                          counter_bits=counter_bits),
-        lambda: lanes.gternary_aggregate_planes(torch.from_numpy(lines), max_workers=max_workers,
-                                                counter_bits=counter_bits))
+    with cpu_kernels(cpu_kernels_on):
+        result = refusals(
+            lambda: gternary.aggregate_planes(lines, max_workers=max_workers,
+                                              counter_bits=counter_bits),
+            lambda: lanes.gternary_aggregate_planes(some_lines_of_more(data.draw, lines),
+                                                    max_workers=max_workers,
+                                                    counter_bits=counter_bits))
     if result is None:
         return
     golden, twin = result
@@ -276,9 +315,10 @@ def test_gternary_parse_refuses_what_the_golden_model_refuses(data, counter_bits
 
 # --------------------------------------------------------------------------- the hooks' helpers
 
+@KERNELS
 @PROPERTY
 @given(data=st.data(), n_words=st.integers(1, 6), streams=st.integers(1, 3))
-def test_range_sums_count_the_bits_of_each_range(data, n_words, streams):
+def test_range_sums_count_the_bits_of_each_range(cpu_kernels_on, data, n_words, streams):
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1)))
     words = rng.integers(0, 2 ** 63, (streams, n_words), dtype=np.int64) * rng.choice([1, -1])
     weights = [int(w) for w in rng.integers(-5, 6, streams)]
@@ -288,8 +328,24 @@ def test_range_sums_count_the_bits_of_each_range(data, n_words, streams):
         np.int64)
     expected = [int(sum(w * bits[s, a:b].sum() for s, w in enumerate(weights)))
                 for a, b in zip(starts, stops)]
-    got = lanes.range_sums(torch.from_numpy(words), weights, starts, stops)
+    with cpu_kernels(cpu_kernels_on):
+        got = lanes.range_sums(torch.from_numpy(words), weights, starts, stops)
     assert got.tolist() == expected
+
+
+@PROPERTY
+@given(seed=st.integers(0, 2 ** 32 - 1), n_words=st.integers(1, 40))
+def test_both_population_counts_count_every_bit(seed, n_words):
+    # Words of every density, all ones and the sign bit included.
+    rng = np.random.default_rng(seed)
+    words = rng.integers(-2 ** 63, 2 ** 63, (2, n_words), dtype=np.int64)
+    words &= rng.integers(-2 ** 63, 2 ** 63, (2, n_words), dtype=np.int64)
+    words[0, 0], words[1, 0] = -1, -2 ** 63
+    expected = np.unpackbits(words.view(np.uint8), bitorder="little").reshape(
+        2, n_words, 64).sum(axis=2)
+    for count in (lanes._popcount_, lanes._popcount_swar_):
+        got = torch.from_numpy(words.copy())
+        assert count(got, torch.empty_like(got)).tolist() == expected.tolist(), count.__name__
 
 
 @PROPERTY
