@@ -236,6 +236,18 @@ _STAT_CHUNK = 1 << 16
 _PASS_CHUNK = 1 << 19
 
 
+@dataclasses.dataclass
+class _Encoded:
+    """A worker's lines of a route's stream and what their readout needs: the readout the
+    device gives, and for G-Binary the dither's bits (``flip``) and the lines before the
+    dither (``own``, for the residuals)."""
+
+    readout: Readout
+    lines: torch.Tensor
+    flip: torch.Tensor = None
+    own: torch.Tensor = None
+
+
 class _Pass:
     """What the pass over a route's stream made: the stream ``p``, and where the pass made
     them, the G-Binary ``lines``, the dither ``flip`` and this worker's signs before the
@@ -802,109 +814,124 @@ class FabricHook:
         return [(start, min(start + step, n_lines)) for start in range(0, n_lines, step)]
 
     def _low_bit(self, route, flat, segments, indices, done, totals, own_l1, bucket_index):
+        """A low-bit route's slices of a bucket: encode them, exchange every worker's lines,
+        fold and read them out chunk by chunk, and decode straight into the bucket, each
+        parameter times its scale."""
         tick = time.perf_counter()
-        stream = done.stream
-        world, caps = self.world_size, self.caps
-        spec = route_spec(route)
-        per_line, nbytes = spec.lanes(self.line_bits), line_bytes(self.line_bits)
-        count = stream.numel()
-        n_lines = -(-count // per_line)
+        options = self.gbinary if route == GBINARY else self.gternary
         sizes = [segments[i][2] for i in indices]
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist()
-        chunks = self._chunks(route, n_lines)
-        key = route  # scratch shared by the buckets (one at a time)
-        device = flat.device
-        options = self.gbinary if route == GBINARY else self.gternary
-
-        # Scale the -1/0/+1 aggregate by the workers' mean |p|: a lane the device reads as 0
-        # (a tie, or a sum under the gate) moves nothing, a decided lane moves by the mean.
-        l1 = np.array([totals[i][1] for i in indices]) / world
-        if options.scale == "parameter":
-            scales = (l1 / np.maximum(sizes, 1)).astype(np.float32)
-        elif options.scale == "bucket":
-            scales = np.full(len(indices), l1.sum() / max(count, 1), dtype=np.float32)
-        else:
-            scales = np.ones(len(indices), dtype=np.float32)
-
-        # ---- encode
-        flip = None
-        if route == GBINARY and done.lines is not None:  # encoded by the pass
-            readout = options.device_readout
-            lines, flip, own = done.lines, done.flip, done.own
-        elif route == GBINARY:
-            lines = self._buffer(key, "lines", (n_lines, nbytes), torch.uint8, device)
-            readout = options.device_readout
-            if options.dither:
-                flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
-            own = (self._buffer(key, "own", (n_lines * nbytes,), torch.uint8, device)
-                   if options.error_feedback else None)
-            self._encode_gbinary(stream, flip, lines, chunks, own=own)
-        else:
-            lines = self._buffer(key, "lines", (n_lines, nbytes), torch.uint8, device)
-            readout = Readout.GATED
-            if done.peak is not None:
-                peak = done.peak
-                tau = _lanes.gternary_tau(peak, ratio=options.ratio, dtype=stream.dtype)
-            else:
-                tau, peak = _lanes.gternary_threshold(stream, ratio=options.ratio)
-            shared = None
-            if options.stochastic:
-                maximum = torch.tensor([peak], dtype=torch.float64, device=self._control_device)
-                dist.all_reduce(maximum, op=dist.ReduceOp.MAX)
-                self.traffic.count_control(8)
-                shared = float(maximum[0])
-                tick = self._phase(route, "statistics", tick)
-            self._encode_gternary(stream, tau, shared, options, bucket_index, lines, chunks)
-        tick = self._phase(route, "encode", tick)
+        scales = self._scales(options, [totals[i][1] for i in indices], sizes)
+        encoded, tick = self._encode_route(route, options, done, bucket_index, tick)
         if options.error_feedback:  # what this worker's own compression drops, for next step
-            self._residuals(route, stream, segments, indices, starts,
-                            own if route == GBINARY else lines, own_l1)
+            self._residuals(route, done.stream, segments, indices, starts,
+                            encoded.own if route == GBINARY else encoded.lines, own_l1)
             tick = self._phase(route, "write_back", tick)
-
-        # ---- exchange, fold, readout and decode straight into the bucket
-        gathered = self._exchange(lines, out=self._buffer(key, "gathered", (world, n_lines, nbytes),
-                                                          torch.uint8, device))
+        gathered = self._exchange(encoded.lines, out=self._buffer(
+            route, "gathered", (self.world_size,) + tuple(encoded.lines.shape), torch.uint8,
+            flat.device))
         tick = self._phase(route, "exchange", tick)
-        device_lines = None
-        if self.device is not None:
-            device_lines = torch.from_numpy(self.device.aggregate(
-                route, gathered.cpu().numpy(), readout=readout,
-                gate=options.gate if route == GTERNARY else None)).to(device)
-            tick = self._phase(route, "device", tick)
-        per_slot = readout_lines_per_slot(readout, counter_bits=caps.counter_bits)
-        agreement = torch.zeros(len(indices), dtype=torch.int64, device=device)
-        bounds = [(s, s + n) for s, n in zip(starts, sizes)]
-        for c0, c1 in chunks:
-            e0, e1 = c0 * per_line, min(c1 * per_line, count)
-            planes = self._fold(route, gathered[:, c0:c1])
-            inside = [k for k, (a, b) in enumerate(bounds) if a < e1 and b > e0]
-            if inside:
-                sums = _agreement_sums(route, planes, world,
-                                       [max(bounds[k][0], e0) - c0 * per_line for k in inside],
-                                       [min(bounds[k][1], e1) - c0 * per_line for k in inside],
-                                       self._workspace, rows=gathered[:, c0:c1])
-                agreement.index_add_(0, torch.tensor(inside, device=device), sums)
-            tick = self._phase(route, "fold", tick)
-            readout_lines = (device_lines[c0 * per_slot:c1 * per_slot] if device_lines is not None
-                             else self._readout(route, planes, readout, options))
-            pieces = [(max(bounds[k][0], e0) - c0 * per_line, k,
-                       max(bounds[k][0], e0) - bounds[k][0], min(bounds[k][1], e1) - bounds[k][0])
-                      for k in inside]
-            self._decode(route, readout, readout_lines, flip, c0 * nbytes, c1 * nbytes, flat,
-                         [(at, flat[segments[indices[k]][1] + lo:segments[indices[k]][1] + hi],
-                           float(scales[k])) for at, k, lo, hi in pieces], count - e0)
-            tick = self._phase(route, "readout", tick)
-        self.traffic.count_window(route, count, readout=readout, counter_bits=caps.counter_bits,
-                                  world_size=world)
-        agreement = agreement.tolist()
+        pieces = [(segments[i][1], start, size, float(scale))
+                  for i, start, size, scale in zip(indices, starts, sizes, scales)]
+        agreement, tick = self._aggregate_into(route, options, encoded, gathered, flat, pieces,
+                                               done.stream.numel(), tick)
+        self.traffic.count_window(route, done.stream.numel(), readout=encoded.readout,
+                                  counter_bits=self.caps.counter_bits,
+                                  world_size=self.world_size)
         for k, index in enumerate(indices):
             name, _, numel = segments[index]
             acc = self._regions[self.regions[name]]
             # |2n - N| / N (G-Binary, n the count of negative votes) or |S| / N (G-Ternary),
             # summed over the slice's lanes exactly, divided once
-            acc.agreement += agreement[k] / world
+            acc.agreement += agreement[k] / self.world_size
             acc.agreement_elements += numel
         self._phase(route, "readout", tick)
+
+    def _scales(self, options, own_l1, sizes):
+        """Each slice's scale of the -1/0/+1 aggregate, the workers' mean ``|p|``: a lane the
+        device reads as 0 (a tie, or a sum under the gate) moves nothing, a decided lane
+        moves by the mean (``own_l1``: this worker's sum ``|p|`` a slice)."""
+        l1 = np.array(own_l1) / self.world_size
+        if options.scale == "parameter":
+            return (l1 / np.maximum(sizes, 1)).astype(np.float32)
+        if options.scale == "bucket":
+            return np.full(len(sizes), l1.sum() / max(sum(sizes), 1), dtype=np.float32)
+        return np.ones(len(sizes), dtype=np.float32)
+
+    def _encode_route(self, route, options, done, bucket_index, tick):
+        """This worker's lines of the route's stream (G-Binary's, when the pass made them,
+        as it made them), as an :class:`_Encoded`; and the time after it."""
+        stream = done.stream
+        n_lines = -(-stream.numel() // route_spec(route).lanes(self.line_bits))
+        nbytes = line_bytes(self.line_bits)
+        device = stream.device
+        if route == GBINARY:
+            encoded = _Encoded(options.device_readout, done.lines, done.flip, done.own)
+            if encoded.lines is None:  # the golden lanes: encoded here, not by the pass
+                encoded.lines = self._buffer(route, "lines", (n_lines, nbytes), torch.uint8,
+                                             device)
+                if options.dither:
+                    encoded.flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
+                if options.error_feedback:
+                    encoded.own = self._buffer(route, "own", (n_lines * nbytes,), torch.uint8,
+                                               device)
+                self._encode_gbinary(stream, encoded.flip, encoded.lines,
+                                     self._chunks(route, n_lines), own=encoded.own)
+            return encoded, self._phase(route, "encode", tick)
+        encoded = _Encoded(Readout.GATED, self._buffer(route, "lines", (n_lines, nbytes),
+                                                       torch.uint8, device))
+        if done.peak is not None:
+            peak = done.peak
+            tau = _lanes.gternary_tau(peak, ratio=options.ratio, dtype=stream.dtype)
+        else:
+            tau, peak = _lanes.gternary_threshold(stream, ratio=options.ratio)
+        shared = None
+        if options.stochastic:
+            maximum = torch.tensor([peak], dtype=torch.float64, device=self._control_device)
+            dist.all_reduce(maximum, op=dist.ReduceOp.MAX)
+            self.traffic.count_control(8)
+            shared = float(maximum[0])
+            tick = self._phase(route, "statistics", tick)
+        self._encode_gternary(stream, tau, shared, options, bucket_index, encoded.lines,
+                              self._chunks(route, n_lines))
+        return encoded, self._phase(route, "encode", tick)
+
+    def _aggregate_into(self, route, options, encoded, gathered, flat, pieces, count, tick):
+        """Every worker's lines ``gathered`` folded (or aggregated by the device), read out
+        and decoded into ``flat``, a chunk of lines at a time. ``pieces``: per slice, its
+        offset in the bucket, its first lane in the stream, its size and its scale. Returns
+        each slice's agreement sum and the time after it."""
+        world, device = self.world_size, flat.device
+        per_line, nbytes = route_spec(route).lanes(self.line_bits), gathered.shape[2]
+        device_lines = None
+        if self.device is not None:
+            device_lines = torch.from_numpy(self.device.aggregate(
+                route, gathered.cpu().numpy(), readout=encoded.readout,
+                gate=options.gate if route == GTERNARY else None)).to(device)
+            tick = self._phase(route, "device", tick)
+        per_slot = readout_lines_per_slot(encoded.readout, counter_bits=self.caps.counter_bits)
+        agreement = torch.zeros(len(pieces), dtype=torch.int64, device=device)
+        for c0, c1 in self._chunks(route, gathered.shape[1]):
+            e0, e1 = c0 * per_line, min(c1 * per_line, count)  # the chunk's lanes
+            inside = [k for k, (_, a, n, _) in enumerate(pieces) if a < e1 and a + n > e0]
+            lo = [max(pieces[k][1], e0) for k in inside]  # each slice's lanes in the chunk
+            hi = [min(pieces[k][1] + pieces[k][2], e1) for k in inside]
+            planes = self._fold(route, gathered[:, c0:c1])
+            if inside:
+                sums = _agreement_sums(route, planes, world, [a - e0 for a in lo],
+                                       [b - e0 for b in hi], self._workspace,
+                                       rows=gathered[:, c0:c1])
+                agreement.index_add_(0, torch.tensor(inside, device=device), sums)
+            tick = self._phase(route, "fold", tick)
+            readout_lines = (device_lines[c0 * per_slot:c1 * per_slot] if device_lines is not None
+                             else self._readout(route, planes, encoded.readout, options))
+            destinations = [(a - e0, flat[pieces[k][0] + a - pieces[k][1]:
+                                          pieces[k][0] + b - pieces[k][1]], pieces[k][3])
+                            for k, a, b in zip(inside, lo, hi)]
+            self._decode(route, encoded.readout, readout_lines, encoded.flip, c0 * nbytes,
+                         c1 * nbytes, flat, destinations, count - e0)
+            tick = self._phase(route, "readout", tick)
+        return agreement.tolist(), tick
 
     # -------------------------------------------------------------------- lanes
 
