@@ -130,6 +130,13 @@ def some_lines_of_more(draw, lines):
     return torch.from_numpy(more)[:, before:before + n_lines]
 
 
+def folds(golden_fold, twin_fold, draw, lines, **options):
+    """Both folds of ``lines`` (the twin's of a slice of longer lines), through
+    :func:`refusals`."""
+    return refusals(lambda: golden_fold(lines, **options),
+                    lambda: twin_fold(some_lines_of_more(draw, lines), **options))
+
+
 @PROPERTY
 @given(data=st.data(), workers=st.integers(0, MAX_WORKERS_LIMIT + 3),
        line_bits=st.sampled_from(LINE_BITS), n_lines=st.integers(0, 3),
@@ -139,12 +146,8 @@ def test_gbinary_fold_and_every_readout_match_golden(data, workers, line_bits, n
     lines = worker_lines(data.draw, workers=workers, lanes_per_line=line_bits, n_lines=n_lines,
                          nbytes=line_bits // 8)
     counter_bits = max(1, max_workers.bit_length() - narrow)  # narrow counters saturate
-    result = refusals(
-        lambda: gbinary.aggregate_planes(lines, max_workers=max_workers,
-                                         counter_bits=counter_bits),
-        lambda: lanes.gbinary_aggregate_planes(some_lines_of_more(data.draw, lines),
-                                               max_workers=max_workers,
-                                               counter_bits=counter_bits))
+    result = folds(gbinary.aggregate_planes, lanes.gbinary_aggregate_planes, data.draw, lines,
+                   max_workers=max_workers, counter_bits=counter_bits)
     if result is None:
         return
     golden, twin = result
@@ -271,12 +274,8 @@ def test_gternary_fold_and_every_readout_match_golden(cpu_kernels_on, data, work
         lines = (low | (high & (low << 1))).astype(np.uint8)
     counter_bits = max(1, max_workers.bit_length() - narrow)  # narrow counters saturate
     with cpu_kernels(cpu_kernels_on):
-        result = refusals(
-            lambda: gternary.aggregate_planes(lines, max_workers=max_workers,
-                                              counter_bits=counter_bits),
-            lambda: lanes.gternary_aggregate_planes(some_lines_of_more(data.draw, lines),
-                                                    max_workers=max_workers,
-                                                    counter_bits=counter_bits))
+        result = folds(gternary.aggregate_planes, lanes.gternary_aggregate_planes, data.draw,
+                       lines, max_workers=max_workers, counter_bits=counter_bits)
     if result is None:
         return
     golden, twin = result
