@@ -617,7 +617,7 @@ class FabricHook:
             stream = self._buffer(route, "stream", (count,), torch.float32, device)
         done = _Pass(stream)
         if route == GBINARY and self.lanes == "torch":
-            self._pass_line_buffers(done, count, bucket_index, device)
+            self._gbinary_line_buffers(done, count, bucket_index, device)
         bounds, start = [], 0
         for index in indices:
             bounds.append((start, start + segments[index][2]))
@@ -653,8 +653,9 @@ class FabricHook:
                             bounds, added, local)
         return done
 
-    def _pass_line_buffers(self, done, count, bucket_index, device):
-        """The G-Binary lines the pass encodes, with their dither and undithered bits."""
+    def _gbinary_line_buffers(self, done, count, bucket_index, device):
+        """The G-Binary lines of ``count`` elements, with their dither and undithered bits,
+        into ``done``: for the pass to encode (the torch lanes), or the encode after it."""
         options, nbytes = self.gbinary, line_bytes(self.line_bits)
         n_lines = -(-count // self.line_bits)
         done.lines = self._buffer(GBINARY, "lines", (n_lines, nbytes), torch.uint8, device)
@@ -866,17 +867,11 @@ class FabricHook:
         nbytes = line_bytes(self.line_bits)
         device = stream.device
         if route == GBINARY:
+            if done.lines is None:  # the golden lanes: encoded here, not by the pass
+                self._gbinary_line_buffers(done, stream.numel(), bucket_index, device)
+                self._encode_gbinary(stream, done.flip, done.lines,
+                                     self._chunks(route, n_lines), own=done.own)
             encoded = _Encoded(options.device_readout, done.lines, done.flip, done.own)
-            if encoded.lines is None:  # the golden lanes: encoded here, not by the pass
-                encoded.lines = self._buffer(route, "lines", (n_lines, nbytes), torch.uint8,
-                                             device)
-                if options.dither:
-                    encoded.flip = self._dither_bits(n_lines * nbytes, bucket_index, device)
-                if options.error_feedback:
-                    encoded.own = self._buffer(route, "own", (n_lines * nbytes,), torch.uint8,
-                                               device)
-                self._encode_gbinary(stream, encoded.flip, encoded.lines,
-                                     self._chunks(route, n_lines), own=encoded.own)
             return encoded, self._phase(route, "encode", tick)
         encoded = _Encoded(Readout.GATED, self._buffer(route, "lines", (n_lines, nbytes),
                                                        torch.uint8, device))
@@ -929,7 +924,7 @@ class FabricHook:
                                           pieces[k][0] + b - pieces[k][1]], pieces[k][3])
                             for k, a, b in zip(inside, lo, hi)]
             self._decode(route, encoded.readout, readout_lines, encoded.flip, c0 * nbytes,
-                         c1 * nbytes, flat, destinations, count - e0)
+                         c1 * nbytes, destinations, count - e0)
             tick = self._phase(route, "readout", tick)
         return agreement.tolist(), tick
 
@@ -1012,7 +1007,7 @@ class FabricHook:
         return _lanes.gternary_readout_planes(planes, readout=readout, out=out,
                                               workspace=self._workspace, **args)
 
-    def _decode(self, route, readout, readout_lines, flip, b0, b1, flat, pieces, remaining):
+    def _decode(self, route, readout, readout_lines, flip, b0, b1, pieces, remaining):
         """The readout lines of a chunk decoded into the bucket, piece by piece: ``(start in
         the chunk's lanes, destination, scale)``. ``flip``'s bytes ``b0:b1`` are the chunk's
         dither; ``remaining`` the stream's elements from the chunk's first on."""

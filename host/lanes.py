@@ -162,6 +162,23 @@ def _check_lines(lines, *, name="lines", line_bits=None, ndim=2):
     return lines.contiguous(), line_bits
 
 
+def _lines_out(out, shape, device):
+    """A new ``uint8`` tensor of ``shape`` on ``device``, or ``out`` checked to be one that
+    is contiguous: the functions write into it through flat views, so a strided one would
+    be left unwritten."""
+    if out is None:
+        return torch.empty(shape, dtype=torch.uint8, device=device)
+    if (not isinstance(out, torch.Tensor) or out.dtype != torch.uint8
+            or tuple(out.shape) != tuple(shape) or out.device != device
+            or not out.is_contiguous()):
+        got = (f"a {'contiguous' if out.is_contiguous() else 'strided'} {out.dtype} tensor of "
+               f"shape {tuple(out.shape)} on {out.device}" if isinstance(out, torch.Tensor)
+               else type(out).__name__)
+        raise ValueError(f"out must be a contiguous uint8 tensor of shape {tuple(shape)} on "
+                         f"{device}, not {got}")
+    return out
+
+
 def _check_readout_lines(lines, *, readout, counter_bits):
     per_slot = readout_lines_per_slot(readout, counter_bits=counter_bits)
     if lines.shape[0] % per_slot:
@@ -418,8 +435,7 @@ def gbinary_encode(grad, *, line_bits=512, dither=None, out=None, workspace=None
         _refuse_nan(flat)
     ws = _workspace(workspace)
     device = flat.device
-    if out is None:
-        out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=device)
+    out = _lines_out(out, (n_lines, nbytes), device)
     packed = out.view(-1)
     used = -(-size // 8)
     packed[used:] = 0
@@ -542,9 +558,7 @@ def gbinary_aggregate_planes(lines, *, max_workers, counter_bits=None, out=None,
     (into ``out`` if given)."""
     lines, _, counter_bits = _check_workers(lines, max_workers, counter_bits, limit_rows=255)
     workers, n_lines, nbytes = lines.shape
-    if out is None:
-        out = torch.empty((n_lines, counter_bits, nbytes), dtype=torch.uint8,
-                          device=lines.device)
+    out = _lines_out(out, (n_lines, counter_bits, nbytes), lines.device)
     out.zero_()
     if not workers or not n_lines:
         return out
@@ -581,8 +595,7 @@ def gbinary_readout_planes(planes, *, readout, num_workers, out=None):
     if readout is Readout.COUNTS:
         return planes.reshape(-1, nbytes).clone()
     per_slot = 1 if readout is Readout.SIGN else 2
-    if out is None:
-        out = torch.empty((n_slots * per_slot, nbytes), dtype=torch.uint8, device=planes.device)
+    out = _lines_out(out, (n_slots * per_slot, nbytes), planes.device)
     words = list(_words(planes).transpose(0, 1))  # counter_bits of (n_slots, words)
     slots = _words(out).view(n_slots, per_slot, nbytes // 8)
     _greater(words, num_workers // 2, out=slots[:, 0])
@@ -717,9 +730,8 @@ def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, o
     n_lines = -(-size // lanes)
     ws = _workspace(workspace)
     device = flat.device
-    if _on_cpu_kernels(flat) and (out is None or out.is_contiguous()):
-        if out is None:
-            out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=device)
+    out = _lines_out(out, (n_lines, nbytes), device)
+    if _on_cpu_kernels(flat):
         scaled = None
         if draws is not None:  # u * s rounded to float32, as the golden model scales them
             scaled = ws.take("scaled", size, torch.float32, device).numpy()
@@ -755,8 +767,6 @@ def gternary_encode_lines(grad, *, tau, line_bits=512, draws=None, scale=None, o
         torch.lt(scaled.to(wide) if wide != torch.float32 else scaled, magnitude, out=kept)
         positive &= kept
         negative &= kept
-    if out is None:
-        out = torch.empty((n_lines, nbytes), dtype=torch.uint8, device=device)
     if not padded:
         return out
     # Eight lanes' codes a word, a byte each: positive 01, negative 11 (the masks are
@@ -883,11 +893,10 @@ def gternary_aggregate_planes(lines, *, max_workers, counter_bits=None, out=None
     lines, _, counter_bits = _check_workers(lines, max_workers, counter_bits)
     workers, n_lines, nbytes = lines.shape
     per_slot = readout_lines_per_slot(Readout.SUMS, counter_bits=counter_bits)
-    if out is None:
-        out = torch.empty((n_lines, per_slot, nbytes), dtype=torch.uint8, device=lines.device)
+    out = _lines_out(out, (n_lines, per_slot, nbytes), lines.device)
     if not workers or not n_lines:
         return out.zero_()
-    if _on_cpu_kernels(lines) and out.is_contiguous():
+    if _on_cpu_kernels(lines):
         _gternary.aggregate_planes(lines.numpy(), max_workers=max_workers,
                                    counter_bits=counter_bits, out=out.numpy())
         return out
@@ -940,8 +949,7 @@ def gternary_readout_planes(planes, *, readout, gate, out=None, workspace=None):
     bits = [plane for d in range(per_slot) for plane in (digits[d], odd[d])]
     sign, low = bits[-1], bits[:-1]
     threshold = max(gate, 1)
-    if out is None:
-        out = torch.empty((n_slots, nbytes), dtype=torch.uint8, device=device)
+    out = _lines_out(out, (n_slots, nbytes), device)
     code = _words(out)
     positive = _greater(low, threshold - 1, out=code)
     positive &= ~sign

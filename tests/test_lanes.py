@@ -315,6 +315,30 @@ def test_gternary_parse_refuses_what_the_golden_model_refuses(data, counter_bits
 # --------------------------------------------------------------------------- the hooks' helpers
 
 @KERNELS
+def test_an_out_the_twin_cannot_write_whole_is_refused(cpu_kernels_on):
+    lines = torch.zeros((3, 2, 64), dtype=torch.uint8)  # 3 workers, 2 lines of 512 bits
+    grad = torch.linspace(-1, 1, 512)
+    calls = {
+        "G-Binary fold": (lambda out: lanes.gbinary_aggregate_planes(
+            lines, max_workers=4, counter_bits=3, out=out), (2, 3, 64)),
+        "G-Ternary fold": (lambda out: lanes.gternary_aggregate_planes(
+            lines, max_workers=4, counter_bits=3, out=out), (2, 2, 64)),
+        "G-Binary encode": (lambda out: lanes.gbinary_encode(grad, out=out), (1, 64)),
+        "G-Ternary codes": (lambda out: lanes.gternary_encode_lines(grad, tau=0.5, out=out),
+                            (2, 64)),
+    }
+    with cpu_kernels(cpu_kernels_on):
+        for name, (call, shape) in calls.items():
+            wide = torch.zeros(shape[:-1] + (2 * shape[-1],), dtype=torch.uint8)
+            for out in (wide[..., ::2], torch.zeros(shape[:-1] + (32,), dtype=torch.uint8),
+                        torch.zeros(shape, dtype=torch.int8)):
+                with pytest.raises(ValueError, match="out must be a contiguous uint8 tensor"):
+                    call(out)
+            given = torch.full(shape, 0xA5, dtype=torch.uint8)
+            assert call(given) is given, name
+
+
+@KERNELS
 @PROPERTY
 @given(data=st.data(), n_words=st.integers(1, 6), streams=st.integers(1, 3))
 def test_range_sums_count_the_bits_of_each_range(cpu_kernels_on, data, n_words, streams):
