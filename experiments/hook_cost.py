@@ -305,7 +305,8 @@ def _time_settings(job, tree, buckets, masters):
         elif profile.low_bit_routes:
             hook = _hooks.FabricHook(tree, routes=entry[1], regions=job.regions,
                                      gbinary=profile.gbinary, gternary=profile.gternary,
-                                     caps=job.caps, seed=job.seed, lanes=job.lanes)
+                                     caps=job.caps, seed=job.seed,
+                                     agreement=profile.reads_agreement, lanes=job.lanes)
             steps[name] = lambda hook=hook: _fabric_step(hook, buckets)
         else:
             steps[name] = lambda: _fp32_step(buckets)

@@ -182,7 +182,7 @@ def _train_arm(arm, *, rank, workers, seed, quick, eval_every, log):
         policy = _runtime.RuntimePolicy(profile, roles=roles, world_size=workers, caps=caps)
         hook = _hooks.FabricHook(model, routes=policy.routes(0), regions=roles,
                                  gbinary=profile.gbinary, gternary=profile.gternary, caps=caps,
-                                 seed=seed)
+                                 seed=seed, agreement=profile.reads_agreement)
         hook.register(ddp)
         meter = hook.traffic
     params = dict(model.named_parameters())

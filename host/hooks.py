@@ -235,6 +235,21 @@ _STAT_CHUNK = 1 << 16
 # (G-Binary's pass on GPT-2 small 450 to 690 ms a step, against 360 to 490 with these).
 _PASS_CHUNK = 1 << 19
 
+# Elements of a run of adjacent FP32 slices that is all-reduced where it lies: shorter runs are
+# joined into one buffer for one collective. Joining GPT-2 small's token and position
+# embeddings (39 million elements) and copying them back cost more CPU time than the
+# layer-aware route's whole G-Binary fold.
+_IN_PLACE_ELEMENTS = 1 << 20
+
+
+@dataclasses.dataclass
+class _FP32Pending:
+    """FP32 slices in flight: the tensors being all-reduced (the joined short runs last,
+    when there are some), the short runs to copy back into, and the collectives' works."""
+    reduced: list
+    short: list
+    works: list
+
 
 @dataclasses.dataclass
 class _Encoded:
@@ -298,7 +313,12 @@ class FabricHook:
         ``passthrough(values)`` that returns a float32 array as it reads back after a round
         trip through the device's FP32 path; :class:`neuron_fabric.sim.device.RtlDevice` runs
         the emitted Verilog on the host. The per-lane counts behind the health statistics are
-        always folded by ``lanes``.
+        folded by ``lanes`` where ``agreement`` asks for them.
+    agreement : bool
+        Measure each low-bit region's sign agreement (:class:`RegionStats`'s ``agreement``;
+        None when False). Only a health rule reads it (``HealthOptions.min_agreement``, which
+        refuses statistics without it): pass ``profile.reads_agreement``. On the CPU it costs
+        about a fifth of a G-Ternary step's CPU time and a tenth of a G-Binary one's.
     lanes : str
         One of :data:`LANES`: ``"torch"`` (default) computes the lanes with the PyTorch twin
         of the golden model on the bucket's device, CPU or CUDA, with no round trip through
@@ -321,8 +341,9 @@ class FabricHook:
         ``readout`` (the readout lines and their decoding into the bucket, scaled; ``device``
         instead of the readout when a device is set), ``write_back`` (the error-feedback
         residuals), and G-Ternary's shared maximum under ``statistics``. ``"fp32"`` holds
-        ``all_reduce`` (``device`` for the round trip through a device) and, for a bucket only
-        partly on FP32, ``write_back``. Timing costs a few calls of ``time.perf_counter`` per
+        ``all_reduce`` (its start, and the wait for it after the bucket's low-bit routes ran
+        while it was in flight; ``device`` for the round trip through a device) and, for
+        FP32 slices apart from each other and short, ``write_back``. Timing costs a few calls of ``time.perf_counter`` per
         route and chunk; on a CUDA bucket the phases are the host's view (kernels run
         asynchronously).
 
@@ -345,8 +366,11 @@ class FabricHook:
     """
 
     def __init__(self, model, *, routes, regions=None, gbinary=None, gternary=None, caps=None,
-                 seed=0, device=None, lanes="torch"):
+                 seed=0, device=None, agreement=True, lanes="torch"):
         self.device = device
+        if not isinstance(agreement, bool):
+            raise TypeError(f"agreement must be a bool, not {agreement!r}")
+        self.agreement = agreement
         self.gbinary = GBinaryOptions() if gbinary is None else gbinary
         self.gternary = GTernaryOptions() if gternary is None else gternary
         if not isinstance(self.gbinary, GBinaryOptions):
@@ -469,8 +493,8 @@ class FabricHook:
     def _sums(self, x, sumsq=None, l1=None):
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
         float64 views, either may be None), chunk by chunk: the chunk's magnitudes into a
-        float32 scratch (one pass over ``x``), summed, squared and summed there, each chunk's
-        sums added in float64. Where a chunk's float32 sums are not finite (a square beyond
+        float32 scratch (one pass over ``x``), summed, squared and summed there (its squares
+        alone for the sum of squares alone), each chunk's sums added in float64. Where a chunk's float32 sums are not finite (a square beyond
         float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``), the whole of
         ``x`` is summed again in float64 (:meth:`_wide_sums`), so a large finite gradient
         gives a finite sum."""
@@ -481,9 +505,12 @@ class FabricHook:
         parts.zero_()
         for k, start in enumerate(range(0, x.numel(), _STAT_CHUNK)):
             piece = x[start:start + _STAT_CHUNK]
+            if l1 is None:  # the square of x is the square of |x|
+                torch.sum(torch.mul(piece, piece, out=scratch[:piece.numel()]), dim=0,
+                          out=parts[k, 0])
+                continue
             magnitude = torch.abs(piece, out=scratch[:piece.numel()])
-            if l1 is not None:
-                torch.sum(magnitude, dim=0, out=parts[k, 1])
+            torch.sum(magnitude, dim=0, out=parts[k, 1])
             if sumsq is not None:  # squared in place and summed pairwise, as the sum above
                 torch.sum(magnitude.mul_(magnitude), dim=0, out=parts[k, 0])
         if not n_chunks:
@@ -582,8 +609,8 @@ class FabricHook:
             if route != FP32:
                 acc.route = route
 
-        if groups[FP32]:
-            self._fp32(buffer, segments, groups[FP32], bucket.index())
+        # The FP32 slices' all-reduce runs while the low-bit routes compute.
+        fp32 = self._fp32_start(buffer, segments, groups[FP32]) if groups[FP32] else None
         for route in LOW_BIT_ROUTES:
             if groups[route]:
                 done = passes[route]
@@ -592,6 +619,8 @@ class FabricHook:
                                               route))
                 self._low_bit(route, flat, segments, groups[route], done, totals, own_l1,
                               bucket.index())
+        if fp32 is not None:
+            self._fp32_finish(fp32)
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
@@ -669,10 +698,10 @@ class FabricHook:
         """One slice's part of a chunk: ``part`` gets its sum ``g^2``, sum ``|p|`` and (for
         G-Ternary) max ``|p|``; ``p`` goes to ``copy`` (None where the stream is the bucket).
         With a ``residual``, ``p`` = ``grad + residual`` and ``copy`` is where it goes.
-        ``magnitude`` is float32 scratch of the piece's length."""
-        torch.abs(grad, out=magnitude)
+        ``magnitude`` is float32 scratch of the piece's length. A square is the same float
+        of ``g`` as of ``|g|``."""
         if residual is not None:
-            torch.sum(magnitude.mul_(magnitude), dim=0, out=part[0])
+            torch.sum(torch.mul(grad, grad, out=magnitude), dim=0, out=part[0])
             torch.add(grad, residual, out=copy)
             torch.abs(copy, out=magnitude)
             torch.sum(magnitude, dim=0, out=part[1])
@@ -681,6 +710,7 @@ class FabricHook:
         else:
             if copy is not None:
                 copy.copy_(grad)
+            torch.abs(grad, out=magnitude)
             torch.sum(magnitude, dim=0, out=part[1])
             if route == GTERNARY:
                 torch.amax(magnitude, dim=0, out=part[2])
@@ -752,32 +782,52 @@ class FabricHook:
 
     # -------------------------------------------------------------------- routes
 
-    def _fp32(self, buffer, segments, indices, bucket_index):
-        world = self.world_size
+    def _fp32_start(self, buffer, segments, indices):
+        """Start averaging the FP32 slices of a bucket over the workers; returns what
+        :meth:`_fp32_finish` completes. A run of adjacent slices of at least
+        :data:`_IN_PLACE_ELEMENTS`, or the only run, is reduced where it lies (a bucket all on
+        FP32: exactly the default all-reduce); the shorter ones are joined into one buffer,
+        so that they cost one collective, and copied back when it is done."""
         started = time.perf_counter()
-        if len(indices) == len(segments):  # the whole bucket: exactly the default all-reduce
-            buffer.div_(world)
-            dist.all_reduce(buffer)
-            self._phase(FP32, "all_reduce", started)
-            self._through_device(buffer)
-            self.traffic.count_fp32(buffer.numel())
-            return
         flat = buffer.view(-1)
-        slices = [flat[segments[i][1]:segments[i][1] + segments[i][2]] for i in indices]
-        joined = self._buffer(FP32, "joined", (sum(s.numel() for s in slices),),
-                              buffer.dtype, buffer.device)
-        torch.cat(slices, out=joined)
-        joined.div_(world)
-        dist.all_reduce(joined)
+        runs = []  # (offset, numel) of adjacent FP32 slices
+        for index in indices:
+            _, offset, numel = segments[index]
+            if runs and sum(runs[-1]) == offset:
+                runs[-1] = (runs[-1][0], runs[-1][1] + numel)
+            else:
+                runs.append((offset, numel))
+        in_place = [n >= _IN_PLACE_ELEMENTS or len(runs) == 1 for _, n in runs]
+        reduced = [flat[a:a + n] for (a, n), kept in zip(runs, in_place) if kept]
+        short = [flat[a:a + n] for (a, n), kept in zip(runs, in_place) if not kept]
+        if short:
+            joined = self._buffer(FP32, "joined", (sum(s.numel() for s in short),),
+                                  buffer.dtype, buffer.device)
+            reduced.append(torch.cat(short, out=joined))
+        works = []
+        for tensor in reduced:
+            tensor.div_(self.world_size)
+            works.append(dist.all_reduce(tensor, async_op=True))
         self._phase(FP32, "all_reduce", started)
-        self._through_device(joined)
-        self.traffic.count_fp32(joined.numel())
+        return _FP32Pending(reduced, short, works)
+
+    def _fp32_finish(self, pending):
+        """Wait for :meth:`_fp32_start`'s all-reduce; then the device's round trip and the
+        short slices' copy back."""
         started = time.perf_counter()
-        start = 0
-        for piece in slices:
-            piece.copy_(joined[start:start + piece.numel()])
-            start += piece.numel()
-        self._phase(FP32, "write_back", started)
+        for work in pending.works:
+            work.wait()
+        started = self._phase(FP32, "all_reduce", started)
+        for tensor in pending.reduced:
+            self._through_device(tensor)
+            self.traffic.count_fp32(tensor.numel())
+        if pending.short:
+            started = time.perf_counter()
+            joined, start = pending.reduced[-1], 0
+            for piece in pending.short:
+                piece.copy_(joined[start:start + piece.numel()])
+                start += piece.numel()
+            self._phase(FP32, "write_back", started)
 
     def _through_device(self, tensor):
         """The reduced FP32 values as workers read them back through the device's FP32 path
@@ -839,7 +889,7 @@ class FabricHook:
         self.traffic.count_window(route, done.stream.numel(), readout=encoded.readout,
                                   counter_bits=self.caps.counter_bits,
                                   world_size=self.world_size)
-        for k, index in enumerate(indices):
+        for k, index in enumerate(indices if agreement is not None else ()):
             name, _, numel = segments[index]
             acc = self._regions[self.regions[name]]
             # |2n - N| / N (G-Binary, n the count of negative votes) or |S| / N (G-Ternary),
@@ -895,7 +945,7 @@ class FabricHook:
         """Every worker's lines ``gathered`` folded (or aggregated by the device), read out
         and decoded into ``flat``, a chunk of lines at a time. ``pieces``: per slice, its
         offset in the bucket, its first lane in the stream, its size and its scale. Returns
-        each slice's agreement sum and the time after it."""
+        each slice's agreement sum (None unless :attr:`agreement`) and the time after it."""
         world, device = self.world_size, flat.device
         per_line, nbytes = route_spec(route).lanes(self.line_bits), gathered.shape[2]
         device_lines = None
@@ -911,8 +961,9 @@ class FabricHook:
             inside = [k for k, (_, a, n, _) in enumerate(pieces) if a < e1 and a + n > e0]
             lo = [max(pieces[k][1], e0) for k in inside]  # each slice's lanes in the chunk
             hi = [min(pieces[k][1] + pieces[k][2], e1) for k in inside]
-            planes = self._fold(route, gathered[:, c0:c1])
-            if inside:
+            planes = (self._fold(route, gathered[:, c0:c1])
+                      if self.agreement or device_lines is None else None)
+            if inside and self.agreement:
                 sums = _agreement_sums(route, planes, world, [a - e0 for a in lo],
                                        [b - e0 for b in hi], self._workspace,
                                        rows=gathered[:, c0:c1])
@@ -926,7 +977,7 @@ class FabricHook:
             self._decode(route, encoded.readout, readout_lines, encoded.flip, c0 * nbytes,
                          c1 * nbytes, destinations, count - e0)
             tick = self._phase(route, "readout", tick)
-        return agreement.tolist(), tick
+        return (agreement.tolist() if self.agreement else None), tick
 
     # -------------------------------------------------------------------- lanes
 

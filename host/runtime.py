@@ -237,6 +237,13 @@ class Profile:
         """The low-bit routes some role uses, in :data:`ROUTES` order."""
         return tuple(route for route in LOW_BIT_ROUTES if route in self.routes.values())
 
+    @property
+    def reads_agreement(self):
+        """Whether a health rule reads the regions' sign agreement (the monitor counts its
+        faults even when disabled): the hooks measure it only then
+        (``FabricHook(agreement=...)``)."""
+        return self.health.min_agreement > 0
+
     def replace(self, **changes):
         """A copy with top-level fields replaced; nested options take a dict of their fields,
         merged into the current ones (``profile.replace(gbinary={"error_feedback": True})``)."""
@@ -421,6 +428,10 @@ class HealthMonitor:
             ema = self.norm_ema[region]
             if st.nonfinite:
                 reasons[region] = "non-finite gradient"
+            elif o.min_agreement and st.route != FP32 and st.agreement is None:
+                raise ValueError(f"stats[{region!r}].agreement must be measured for "
+                                 f"min_agreement {o.min_agreement:g} on route {st.route}: "
+                                 f"build the hook with agreement=True")
             elif st.agreement is not None and st.agreement < o.min_agreement:
                 reasons[region] = f"sign agreement {st.agreement:.3f} < {o.min_agreement:g}"
             elif (o.max_grad_norm_ratio and settled and ema and

@@ -57,8 +57,8 @@ def test_every_route_times_each_of_its_phases(group):
     assert set(seconds) == {"control", FP32, GBINARY, GTERNARY}
     assert set(seconds["control"]) == {"statistics"}
     assert set(seconds[GBINARY]) == set(seconds[GTERNARY]) == LOW_BIT_PHASES
-    # Part of the bucket on FP32: one all-reduce of the joined slices, copied back.
-    assert set(seconds[FP32]) == {"all_reduce", "write_back"}
+    # Part of the bucket on FP32, its slices side by side: all-reduced where they lie.
+    assert set(seconds[FP32]) == {"all_reduce"}
     assert all(value > 0 for entries in seconds.values() for value in entries.values())
     assert set(hooks.PHASES) >= {phase for entries in seconds.values() for phase in entries}
 
@@ -120,7 +120,7 @@ def test_a_device_call_is_timed_as_its_own_phase(group):
     np.testing.assert_array_equal(run_bucket(hook, model).numpy(), expected)
     for route in (GBINARY, GTERNARY):  # the host still folds (health) and decodes
         assert set(hook.phase_seconds[route]) == LOW_BIT_PHASES | {"device"}
-    assert set(hook.phase_seconds[FP32]) == {"all_reduce", "device", "write_back"}
+    assert set(hook.phase_seconds[FP32]) == {"all_reduce", "device"}
 
 
 # --------------------------------------------------------------------------- gradients

@@ -82,6 +82,31 @@ def test_mixed_bucket_routes_each_slice_and_reassembles_in_place(group, lanes):
             np.testing.assert_allclose(got[part], expected, rtol=1e-6)
 
 
+@pytest.mark.parametrize("in_place_from", [1 << 20, 100])
+def test_fp32_slices_are_averaged_where_they_lie_or_joined(group, monkeypatch, in_place_from):
+    """FP32 slices apart from each other: a long run is reduced where it lies, the short
+    ones joined and copied back. Two workers' mean, where the other worker's FP32 slices
+    are 0 (this one-worker group's all-reduce adds nothing): half of each gradient."""
+    monkeypatch.setattr(hooks, "_IN_PLACE_ELEMENTS", in_place_from)
+    model = Net()
+    params = [model.head.bias, model.body.weight, model.head.weight, model.body.bias]
+    names = ["head.bias", "body.weight", "head.weight", "body.bias"]
+    routes = {"body.weight": GBINARY, "body.bias": FP32, "head.weight": FP32,
+              "head.bias": FP32}
+    hook = hooks.FabricHook(model, routes=routes)
+    grads = grads_for(params, seed=4)
+    simulate_workers(hook, [grads[1].reshape(-1).numpy()], gbinary.encode)
+    got = run_hook(hook, params, grads)
+    for name, part, grad in zip(names, slices(params), grads):
+        if routes[name] == FP32:
+            np.testing.assert_array_equal(got[part], grad.reshape(-1).numpy() / 2)
+    assert hook.traffic.routes[FP32].sent == 4 * (3 + 120 + 40)
+    # head.bias alone is joined when the run of head.weight and body.bias is long enough.
+    joined = 3 if in_place_from <= 120 + 40 else 3 + 120 + 40
+    assert hook._scratch[FP32]["joined"].numel() == joined
+    assert "write_back" in hook.phase_seconds[FP32]
+
+
 def test_routes_change_between_steps(group):
     model = Net()
     params = [model.body.weight, model.head.weight]
@@ -178,6 +203,28 @@ def test_non_finite_low_bit_slice_goes_fp32_and_is_reported(group, lanes):
     assert stats["backbone"].nonfinite and stats["backbone"].route == FP32
     assert not stats["head"].nonfinite and stats["head"].route == GBINARY
     assert stats["head"].agreement == 1.0  # one worker always agrees with itself
+
+
+@pytest.mark.parametrize("route", [GBINARY, GTERNARY])
+def test_agreement_left_unmeasured_changes_nothing_else(group, lanes, route):
+    model = Net()
+    params = list(model.parameters())
+    grads = grads_for(params, seed=5)
+    results = []
+    for agreement in (True, False):
+        hook = hooks.FabricHook(model, lanes=lanes, routes=route, agreement=agreement)
+        others = [grads_for(params, seed=6 + k) for k in range(2)]
+        encode = gbinary.encode if route == GBINARY else (
+            lambda g: gternary.encode(g, ratio=hook.gternary.ratio))
+        simulate_workers(hook, [torch.cat([g.reshape(-1) for g in other]).numpy()
+                                for other in others], encode)
+        values = run_hook(hook, params, grads)
+        _, stats = hook.end_step(0.0)
+        results.append((values, {region: st.agreement for region, st in stats.items()}))
+    (measured, agreement), (unmeasured, none) = results
+    np.testing.assert_array_equal(unmeasured, measured)
+    assert all(0.0 < value <= 1.0 for value in agreement.values())
+    assert set(none) == set(agreement) and set(none.values()) == {None}
 
 
 def test_hook_refuses_routes_the_device_cannot_serve(group):

@@ -193,6 +193,24 @@ def test_agreement_is_not_checked_on_fp32():
     assert monitor.observe(0, loss=1.0, stats={"backbone": RegionStats(grad_norm=1.0)}) == []
 
 
+def test_a_rule_on_agreement_refuses_statistics_without_it():
+    monitor = HealthMonitor(["backbone"], options=OPTIONS)
+    with pytest.raises(ValueError, match=r"stats\['backbone'\]\.agreement must be measured "
+                                         r"for min_agreement 0\.2 on route gbinary"):
+        monitor.observe(0, loss=1.0, stats={"backbone": RegionStats(grad_norm=1.0,
+                                                                    route=GBINARY)})
+    quiet = HealthMonitor(["backbone"], options=dataclasses.replace(OPTIONS, min_agreement=0.0))
+    assert quiet.observe(0, loss=1.0, stats={"backbone": RegionStats(grad_norm=1.0,
+                                                                     route=GBINARY)}) == []
+
+
+def test_profiles_read_agreement_only_with_a_rule_on_it():
+    profile = load_profile("runtime")
+    assert not profile.reads_agreement  # min_agreement 0: no rule reads it
+    ruled = profile.replace(health={"min_agreement": 0.3, "enabled": False})
+    assert ruled.reads_agreement  # a disabled monitor still counts its faults
+
+
 def test_disabled_monitor_counts_faults_but_never_falls_back():
     monitor = HealthMonitor(["backbone"], options=dataclasses.replace(OPTIONS, enabled=False))
     assert monitor.observe(0, loss=1.0, stats={"backbone": RegionStats(nonfinite=True)}) == []
