@@ -538,7 +538,13 @@ class FabricHook:
                 l1 += wide.abs_().sum()
 
     def run(self, bucket):
-        """Aggregate one bucket in place; returns a completed future of its buffer."""
+        """Aggregate one bucket in place; returns a completed future of its buffer.
+
+        The stages: the FP32 slices' statistics, then their all-reduce, which runs while the
+        rest computes; the low-bit routes' statistics in one pass over each route's stream;
+        the control all-reduce of every slice's statistics, after which a slice with a NaN
+        or Inf on any worker goes FP32 for this step; the low-bit routes; the wait for the
+        FP32 values."""
         started = time.perf_counter()
         buffer = bucket.buffer()
         segments = bucket_segments(bucket, self._names)
@@ -549,68 +555,27 @@ class FabricHook:
         flat = buffer.detach().view(-1)
         self._bucket_device = flat.device
         routes = [self.routes[name] for name, _, _ in segments]
-
         local = torch.zeros((len(segments), CONTROL_VALUES_PER_PARAMETER), dtype=torch.float64,
                             device=flat.device)
+
+        exact = [index for index, route in enumerate(routes) if route == FP32]
+        self._fp32_statistics(flat, segments, exact, local)
+        self._phase(CONTROL, "statistics", started)
+        pending = [self._fp32_start(buffer, segments, exact)] if exact else []
         planned = {route: [i for i, r in enumerate(routes) if r == route]
                    for route in LOW_BIT_ROUTES}
-        # The FP32 slices' sums of squares; each low-bit route's slices in one pass over its
-        # stream, which also encodes the G-Binary lines.
-        for index, (name, offset, numel) in enumerate(segments):
-            if routes[index] == FP32:
-                self._sums(flat[offset:offset + numel], sumsq=local[index, 2])
-        passes = {}
-        for route, indices in planned.items():
-            if indices:
-                started = self._phase(CONTROL, "statistics", started)
-                passes[route] = self._stream_pass(route, flat, segments, indices, local,
-                                                  bucket.index())
-                started = self._phase(route if passes[route].lines is not None else CONTROL,
-                                      "encode" if passes[route].lines is not None
-                                      else "statistics", started)
-        sumsq = local[:, 2].tolist()
-        safe = {}
-        for index, (name, offset, numel) in enumerate(segments):
-            if np.isfinite(sumsq[index]):  # a finite float64 sum: no NaN or Inf behind it
-                continue
-            grad = flat[offset:offset + numel]
-            finite = torch.isfinite(grad)
-            local[index, 0] = numel - int(finite.sum())
-            safe[index] = torch.where(finite, grad, torch.zeros((), dtype=grad.dtype,
-                                                                device=grad.device))
-            local[index, 2] = 0.0
-            self._sums(safe[index], sumsq=local[index, 2])
-        for route, indices in planned.items():
-            if any(index in safe for index in indices):  # the stream again, without NaN or Inf
-                local[indices, 1:] = 0.0
-                for index in indices:
-                    name, offset, numel = segments[index]
-                    self._sums(safe.get(index, flat[offset:offset + numel]),
-                               sumsq=local[index, 2],
-                               l1=None if name in self._residual else local[index, 1])
-                passes[route] = _Pass(self._stream(flat, segments, indices, safe, local,
-                                                   bucket.index(), route))
+        passes, safe = self._low_bit_statistics(flat, segments, planned, local, bucket.index())
+        started = time.perf_counter()
         own_l1 = local[:, 1].tolist()  # the all-reduce below sums the column in place
         dist.all_reduce(local)
         self.traffic.count_control(local.numel() * 8)
         totals = local.tolist()
         self._phase(CONTROL, "statistics", started)
 
-        groups = {route: [] for route in ROUTES}
-        for index, route in enumerate(routes):
-            if route != FP32 and totals[index][0] > 0:
-                route = FP32  # a non-finite gradient somewhere: this step goes exact
-                self._residual.pop(segments[index][0], None)
-            groups[route].append(index)
-            name = segments[index][0]
-            acc = self._regions.setdefault(self.regions[name], _RegionAccumulator())
-            acc.nonfinite |= bool(totals[index][0] > 0)
-            acc.sumsq += float(totals[index][2])
-            if route != FP32:
-                acc.route = route
-
-        # The FP32 slices' all-reduce runs while the low-bit routes compute.
-        fp32 = self._fp32_start(buffer, segments, groups[FP32]) if groups[FP32] else None
+        groups = self._route_groups(segments, routes, totals)
+        fallen = [index for index in groups[FP32] if routes[index] != FP32]
+        if fallen:
+            pending.append(self._fp32_start(buffer, segments, fallen, scratch="fallen"))
         for route in LOW_BIT_ROUTES:
             if groups[route]:
                 done = passes[route]
@@ -619,11 +584,84 @@ class FabricHook:
                                               route))
                 self._low_bit(route, flat, segments, groups[route], done, totals, own_l1,
                               bucket.index())
-        if fp32 is not None:
-            self._fp32_finish(fp32)
+        for job in pending:
+            self._fp32_finish(job)
         future = torch.futures.Future()
         future.set_result(buffer)
         return future
+
+    def _fp32_statistics(self, flat, segments, indices, local):
+        """The FP32 slices' sums of squares into ``local``, and where one is not finite, the
+        count of its NaN and Inf and its sum of squares without them."""
+        for index in indices:
+            _, offset, numel = segments[index]
+            grad = flat[offset:offset + numel]
+            self._sums(grad, sumsq=local[index, 2])
+            if not math.isfinite(float(local[index, 2])):
+                self._finite_part(grad, index, local)
+
+    def _finite_part(self, grad, index, local):
+        """A slice's gradient with its NaN and Inf set to 0: their count into ``local``'s
+        column 0, its sum of squares into column 2 in place of the non-finite one."""
+        finite = torch.isfinite(grad)
+        local[index, 0] = grad.numel() - int(finite.sum())
+        safe = torch.where(finite, grad, torch.zeros((), dtype=grad.dtype, device=grad.device))
+        local[index, 2] = 0.0
+        self._sums(safe, sumsq=local[index, 2])
+        return safe
+
+    def _low_bit_statistics(self, flat, segments, planned, local, bucket_index):
+        """Each low-bit route's slices' statistics into ``local``, in one pass over its
+        stream, which also encodes the G-Binary lines (:meth:`_stream_pass`); where a slice
+        holds a NaN or Inf, the stream again without them. Returns the passes by route and
+        the slices made finite, by index."""
+        passes = {}
+        for route, indices in planned.items():
+            if indices:
+                started = time.perf_counter()
+                passes[route] = self._stream_pass(route, flat, segments, indices, local,
+                                                  bucket_index)
+                encoded = passes[route].lines is not None
+                self._phase(route if encoded else CONTROL,
+                            "encode" if encoded else "statistics", started)
+        sumsq = local[:, 2].tolist()
+        safe = {}
+        for route, indices in planned.items():
+            for index in indices:
+                if not math.isfinite(sumsq[index]):  # a NaN or Inf behind the float64 sum
+                    _, offset, numel = segments[index]
+                    safe[index] = self._finite_part(flat[offset:offset + numel], index, local)
+            if any(index in safe for index in indices):  # the stream again, without NaN or Inf
+                started = time.perf_counter()
+                local[indices, 1:] = 0.0
+                for index in indices:
+                    name, offset, numel = segments[index]
+                    self._sums(safe.get(index, flat[offset:offset + numel]),
+                               sumsq=local[index, 2],
+                               l1=None if name in self._residual else local[index, 1])
+                passes[route] = _Pass(self._stream(flat, segments, indices, safe, local,
+                                                   bucket_index, route))
+                self._phase(CONTROL, "statistics", started)
+        return passes, safe
+
+    def _route_groups(self, segments, routes, totals):
+        """Each slice's route this step, from every worker's statistics ``totals``: a
+        low-bit slice with a NaN or Inf on any worker goes FP32 (and loses its residual).
+        Adds the statistics to each slice's region. Returns the slices' indices by route."""
+        groups = {route: [] for route in ROUTES}
+        for index, route in enumerate(routes):
+            name = segments[index][0]
+            nonfinite = totals[index][0] > 0
+            if route != FP32 and nonfinite:
+                route = FP32  # a non-finite gradient somewhere: this step goes exact
+                self._residual.pop(name, None)
+            groups[route].append(index)
+            acc = self._regions.setdefault(self.regions[name], _RegionAccumulator())
+            acc.nonfinite |= bool(nonfinite)
+            acc.sumsq += float(totals[index][2])
+            if route != FP32:
+                acc.route = route
+        return groups
 
     def _stream_pass(self, route, flat, segments, indices, local, bucket_index):
         """One pass over a route's slices, a chunk of its stream at a time (:data:`_PASS_CHUNK`
@@ -782,12 +820,13 @@ class FabricHook:
 
     # -------------------------------------------------------------------- routes
 
-    def _fp32_start(self, buffer, segments, indices):
+    def _fp32_start(self, buffer, segments, indices, scratch="joined"):
         """Start averaging the FP32 slices of a bucket over the workers; returns what
         :meth:`_fp32_finish` completes. A run of adjacent slices of at least
         :data:`_IN_PLACE_ELEMENTS`, or the only run, is reduced where it lies (a bucket all on
         FP32: exactly the default all-reduce); the shorter ones are joined into one buffer,
-        so that they cost one collective, and copied back when it is done."""
+        so that they cost one collective, and copied back when it is done (``scratch``
+        names that buffer: one for each all-reduce in flight)."""
         started = time.perf_counter()
         flat = buffer.view(-1)
         runs = []  # (offset, numel) of adjacent FP32 slices
@@ -801,7 +840,7 @@ class FabricHook:
         reduced = [flat[a:a + n] for (a, n), kept in zip(runs, in_place) if kept]
         short = [flat[a:a + n] for (a, n), kept in zip(runs, in_place) if not kept]
         if short:
-            joined = self._buffer(FP32, "joined", (sum(s.numel() for s in short),),
+            joined = self._buffer(FP32, scratch, (sum(s.numel() for s in short),),
                                   buffer.dtype, buffer.device)
             reduced.append(torch.cat(short, out=joined))
         works = []
@@ -849,14 +888,11 @@ class FabricHook:
         """Key of this worker's G-Ternary draws (seed, step, bucket, route and rank)."""
         return (self.seed, self.step, bucket_index, ROUTES.index(GTERNARY), 1 + self.rank)
 
-    def _exchange(self, lines, out=None):
-        """Every worker's lines, ``(world, n_lines, line_bytes)`` in rank order, gathered into
-        ``out`` (a fresh tensor if None) on the lines' device."""
-        if out is None:
-            out = torch.empty((self.world_size,) + tuple(lines.shape), dtype=lines.dtype,
-                              device=lines.device)
-        dist.all_gather(list(out.unbind(0)), lines)
-        return out
+    def _exchange(self, lines, out):
+        """Start gathering every worker's lines into ``out``, ``(world, n_lines,
+        line_bytes)`` in rank order on the lines' device; returns what to ``wait()`` for.
+        ``lines`` must not change until then."""
+        return dist.all_gather(list(out.unbind(0)), lines, async_op=True)
 
     def _chunks(self, route, n_lines):
         """Line ranges the torch lanes work on (the golden lanes: all lines at once)."""
@@ -874,13 +910,16 @@ class FabricHook:
         starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64).tolist()
         scales = self._scales(options, [totals[i][1] for i in indices], sizes)
         encoded, tick = self._encode_route(route, options, done, bucket_index, tick)
-        if options.error_feedback:  # what this worker's own compression drops, for next step
+        gathered = self._buffer(route, "gathered", (self.world_size,) + tuple(
+            encoded.lines.shape), torch.uint8, flat.device)
+        exchange = self._exchange(encoded.lines, gathered)
+        tick = self._phase(route, "exchange", tick)
+        if options.error_feedback:  # what this worker's own compression drops, for next
+            # step, while the lines are on their way
             self._residuals(route, done.stream, segments, indices, starts,
                             encoded.own if route == GBINARY else encoded.lines, own_l1)
             tick = self._phase(route, "write_back", tick)
-        gathered = self._exchange(encoded.lines, out=self._buffer(
-            route, "gathered", (self.world_size,) + tuple(encoded.lines.shape), torch.uint8,
-            flat.device))
+        exchange.wait()
         tick = self._phase(route, "exchange", tick)
         pieces = [(segments[i][1], start, size, float(scale))
                   for i, start, size, scale in zip(indices, starts, sizes, scales)]

@@ -107,6 +107,28 @@ def test_fp32_slices_are_averaged_where_they_lie_or_joined(group, monkeypatch, i
     assert "write_back" in hook.phase_seconds[FP32]
 
 
+def test_slices_fallen_to_fp32_are_averaged_beside_the_fp32_ones(group):
+    """Two low-bit slices with a NaN or Inf go FP32 in an all-reduce of their own, while the
+    FP32 slices' is in flight: each joins its short slices in a buffer of its own."""
+    model = Net()
+    params = [model.body.weight, model.head.bias, model.head.weight, model.body.bias]
+    names = ["body.weight", "head.bias", "head.weight", "body.bias"]
+    routes = {"body.weight": FP32, "head.bias": GBINARY, "head.weight": FP32,
+              "body.bias": GTERNARY}
+    hook = hooks.FabricHook(model, routes=routes)
+    assert hooks._IN_PLACE_ELEMENTS > 1200  # every run here is joined
+    hook.world_size = 2  # the other worker adds 0: this one-worker group's all-reduce
+    grads = grads_for(params, seed=7)
+    grads[1].view(-1)[1] = float("nan")
+    grads[3].view(-1)[7] = float("inf")
+    got = run_hook(hook, params, grads)
+    for name, part, grad in zip(names, slices(params), grads):
+        np.testing.assert_array_equal(got[part], grad.reshape(-1).numpy() / 2, err_msg=name)
+    _, stats = hook.end_step(0.0)
+    assert stats["head"].nonfinite and stats["bias"].nonfinite
+    assert not stats["backbone"].nonfinite
+
+
 def test_routes_change_between_steps(group):
     model = Net()
     params = [model.body.weight, model.head.weight]
@@ -256,8 +278,14 @@ def simulate_workers(hook, others, encode):
     lines, as if those workers had written the same window (the scales still come from this
     worker alone; the tests below look at the signs)."""
     hook.world_size = 1 + len(others)
-    hook._exchange = lambda lines, out=None: torch.from_numpy(
-        np.stack([lines.numpy()] + [encode(g) for g in others]))
+
+    def exchange(lines, out):
+        out.copy_(torch.from_numpy(np.stack([lines.numpy()] + [encode(g) for g in others])))
+        done = torch.futures.Future()
+        done.set_result(out)
+        return done
+
+    hook._exchange = exchange
 
 
 def four_workers(seed):
