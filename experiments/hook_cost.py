@@ -42,6 +42,7 @@ Run by ``make traffic-scale`` (:func:`neuron_fabric.experiments.traffic_scale.ma
 with ``--no-hook-cost``); writes ``OUT/hook_cost.json`` and ``OUT/hook_cost.md``.
 """
 
+import ctypes
 import dataclasses
 import json
 import os
@@ -267,6 +268,16 @@ def _stock(name, hook_name, rank, job, buckets):
     return prime, None
 
 
+def _release_freed():
+    """Hand the heap that earlier steps freed back to the system (glibc's ``malloc_trim``;
+    nothing elsewhere), so that a setting's resident set holds what is live, not what
+    another setting left free behind it."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _reset_peak():
     """Reset this process's resident-set high-water mark (Linux); False where it cannot."""
     try:
@@ -325,6 +336,7 @@ def _time_settings(job, tree, buckets, masters):
                 step = primes[name](restore)
             restore()
             dist.barrier()
+            _release_freed()
             tracked = _reset_peak()
             before = resource.getrusage(resource.RUSAGE_SELF)
             started = time.perf_counter()

@@ -595,10 +595,11 @@ class FabricHook:
         count of its NaN and Inf and its sum of squares without them."""
         for index in indices:
             _, offset, numel = segments[index]
-            grad = flat[offset:offset + numel]
-            self._sums(grad, sumsq=local[index, 2])
-            if not math.isfinite(float(local[index, 2])):
-                self._finite_part(grad, index, local)
+            self._sums(flat[offset:offset + numel], sumsq=local[index, 2])
+        for index, sumsq in zip(indices, local[indices, 2].tolist()):
+            if not math.isfinite(sumsq):  # a NaN or Inf behind the float64 sum
+                _, offset, numel = segments[index]
+                self._finite_part(flat[offset:offset + numel], index, local)
 
     def _finite_part(self, grad, index, local):
         """A slice's gradient with its NaN and Inf set to 0: their count into ``local``'s

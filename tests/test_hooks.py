@@ -121,12 +121,14 @@ def test_slices_fallen_to_fp32_are_averaged_beside_the_fp32_ones(group):
     grads = grads_for(params, seed=7)
     grads[1].view(-1)[1] = float("nan")
     grads[3].view(-1)[7] = float("inf")
+    grads[0].view(-1)[9] = float("-inf")  # an FP32 slice's is reported, and averaged
     got = run_hook(hook, params, grads)
     for name, part, grad in zip(names, slices(params), grads):
         np.testing.assert_array_equal(got[part], grad.reshape(-1).numpy() / 2, err_msg=name)
     _, stats = hook.end_step(0.0)
-    assert stats["head"].nonfinite and stats["bias"].nonfinite
-    assert not stats["backbone"].nonfinite
+    assert stats["head"].nonfinite and stats["bias"].nonfinite and stats["backbone"].nonfinite
+    finite = np.delete(grads[0].reshape(-1).numpy(), 9).astype(np.float64)
+    assert stats["backbone"].grad_norm == pytest.approx(np.sqrt((finite ** 2).sum() / 2))
 
 
 def test_routes_change_between_steps(group):
