@@ -143,13 +143,22 @@ def four_workers(monkeypatch):
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 4)
     monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
 
+    def done(async_op):  # what an asynchronous collective returns, already complete
+        if async_op:
+            future = torch.futures.Future()
+            future.set_result(None)
+            return future
+        return None
+
     def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
         if op == dist.ReduceOp.SUM:
             tensor.mul_(4)
+        return done(async_op)
 
     def all_gather(tensors, tensor, group=None, async_op=False):
         for out in tensors:
             out.copy_(tensor)
+        return done(async_op)
 
     monkeypatch.setattr(dist, "all_reduce", all_reduce)
     monkeypatch.setattr(dist, "all_gather", all_gather)
