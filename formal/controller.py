@@ -61,10 +61,12 @@ class ControllerSpec(Elaboratable):
     of the default width, so that no lane saturates (saturation is proven on the lane
     engines); ``resets`` lets reset come in any cycle (the *reset* group) instead of only
     the first; ``address_bits``, when given, keeps line addresses and window bases below
-    ``2**address_bits``.
+    ``2**address_bits``; ``lifetimes`` (1 or 2) is how many lifetimes of the tracked slot
+    the covers reach: with 2, a readout of the slot after it was read, cleared and written
+    again by every worker.
     """
 
-    def __init__(self, *, controller, checks, resets=False, address_bits=None):
+    def __init__(self, *, controller, checks, resets=False, address_bits=None, lifetimes=1):
         if not isinstance(controller, Controller):
             raise TypeError(f"controller must be a Controller, not {controller!r}")
         if controller.params.num_windows != 1:
@@ -77,6 +79,9 @@ class ControllerSpec(Elaboratable):
         self.checks = frozenset(checks)
         self.resets = resets
         self.address_bits = address_bits
+        if lifetimes not in (1, 2):
+            raise ValueError(f"lifetimes must be 1 or 2, not {lifetimes!r}")
+        self.lifetimes = lifetimes
 
     def elaborate(self, platform):
         m = Module()
@@ -197,6 +202,11 @@ class ControllerSpec(Elaboratable):
             with m.Elif(accepted & (offset == k)):
                 m.d.sync += slot_bits.eq(slot_bits | worker_bit)
 
+        # The tracked slot's lifetimes: each READ_CLEAR of it that empties it starts one.
+        lifetime = Signal(2)
+        with m.If(clears & (lifetime != 3)):
+            m.d.sync += lifetime.eq(lifetime + 1)
+
         bits = pair_of(request.data)
         code_step = Mux(bits == 0b01, 1, Mux(bits == 0b11, -1, 0))
         with m.If(window_written | clear_slots | clears):
@@ -239,7 +249,7 @@ class ControllerSpec(Elaboratable):
             ("tracked", 1), ("status", len(Value.cast(status))), ("lines", len(line_count)),
             ("readout", 1), ("memory_read", 1), ("to_memory", 1), ("write", 1),
             ("memory_index", COUNT_BITS), ("read_index", COUNT_BITS), ("addr", ADDR_BITS),
-            ("data", p.line_bits))}
+            ("data", p.line_bits), ("lifetime", 2))}
         expected_beats = Array(Signal(2, name=f"expect_beat_{k}") for k in range(most_lines))
         with m.If(taken & (taken_count == tag)):
             m.d.sync += [
@@ -249,6 +259,7 @@ class ControllerSpec(Elaboratable):
                 e["to_memory"].eq(to_memory), e["write"].eq(is_write),
                 e["memory_index"].eq(memory_taken), e["read_index"].eq(reads_taken),
                 e["addr"].eq(request.addr), e["data"].eq(request.data),
+                e["lifetime"].eq(lifetime),
             ]
             m.d.sync += [expected_beats[k].eq(beats[k]) for k in range(most_lines)]
 
@@ -371,6 +382,11 @@ class ControllerSpec(Elaboratable):
                   & past(m, past(m, csr.addr == errors_address, name="errors_read_1"),
                          name="errors_read_2")),
         ]
+        if self.lifetimes == 2:
+            # The tracked slot read out in its second lifetime: every worker wrote it, it
+            # was read and cleared, every worker wrote it again, and it is read again.
+            m.d.comb += Cover(running & readout_beat & (response.status == Status.OK)
+                              & (pair_of(response.data) != 0) & (e["lifetime"] == 1))
         if self.resets:
             # A reset that came with a request in flight, then a quiet read answered.
             reset_in_flight = Signal(reset_less=True)
