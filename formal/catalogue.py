@@ -143,10 +143,11 @@ QUICK_DEPTH = 14
 #: flight, and a read of them: the window's configuration and sweep (about 10 cycles), the
 #: write, the reset, the flags' stage (9 cycles after the write) and the read's 2 cycles.
 RESET_DEPTH = 22
-#: Two lifetimes of the tracked slot after the reset's sweep and the configuration: every
-#: worker writes it, it is read and cleared, every worker writes it again and it is read
-#: again, with any backpressure; the cover reaches that readout at step 25.
-LIFETIMES_DEPTH = 26
+#: The deep checks: after the reset's sweep and the configuration, two lifetimes of the
+#: tracked slot (every worker writes it, it is read and cleared, every worker writes it again
+#: and it is read again, with any backpressure; the cover reaches that readout at step 25),
+#: or a fold's flags counted and read (the write, the tiles' flag stage and a read of ERRORS).
+DEEP_DEPTH = 26
 
 #: The deeper checks keep line addresses and window bases below 2**ADDRESS_BITS: the window
 #: arithmetic at full width is in the short check of the whole contract.
@@ -188,11 +189,12 @@ def controller_proofs():
                                           address_bits=ADDRESS_BITS)),
         Proof("controller_contract_cover", "controller", PROOF_CONFIG, "cover",
               CONTRACT_DEPTH, _controller(checks=CONTRACT)),
-        Proof("controller_responses_two_lifetimes", "controller: responses", DEEP_CONFIG,
-              "bmc", LIFETIMES_DEPTH, _group("responses")),
-        Proof("controller_two_lifetimes_cover", "controller", DEEP_CONFIG, "cover",
-              LIFETIMES_DEPTH, _controller(checks=CONTRACT, address_bits=ADDRESS_BITS,
-                                           lifetimes=2)),
+        Proof("controller_responses_deep", "controller: responses", DEEP_CONFIG, "bmc",
+              DEEP_DEPTH, _group("responses")),
+        Proof("controller_registers_deep", "controller: registers", DEEP_CONFIG, "bmc",
+              DEEP_DEPTH, _group("registers")),
+        Proof("controller_deep_cover", "controller", DEEP_CONFIG, "cover", DEEP_DEPTH,
+              _controller(checks=CONTRACT, address_bits=ADDRESS_BITS, deep_covers=True)),
         Proof("controller_reset", "controller: reset", DEEP_CONFIG, "bmc", RESET_DEPTH,
               resets),
         Proof("controller_reset_cover", "controller: reset", DEEP_CONFIG, "cover",

@@ -61,12 +61,13 @@ class ControllerSpec(Elaboratable):
     of the default width, so that no lane saturates (saturation is proven on the lane
     engines); ``resets`` lets reset come in any cycle (the *reset* group) instead of only
     the first; ``address_bits``, when given, keeps line addresses and window bases below
-    ``2**address_bits``; ``lifetimes`` (1 or 2) is how many lifetimes of the tracked slot
-    the covers reach: with 2, a readout of the slot after it was read, cleared and written
-    again by every worker.
+    ``2**address_bits``; ``deep_covers`` adds the covers only deeper checks reach: a readout
+    of the tracked slot after it was read, cleared and written again by every worker (its
+    second lifetime), and a fold's INVALID_CODE flag read from ERRORS.
     """
 
-    def __init__(self, *, controller, checks, resets=False, address_bits=None, lifetimes=1):
+    def __init__(self, *, controller, checks, resets=False, address_bits=None,
+                 deep_covers=False):
         if not isinstance(controller, Controller):
             raise TypeError(f"controller must be a Controller, not {controller!r}")
         if controller.params.num_windows != 1:
@@ -79,9 +80,9 @@ class ControllerSpec(Elaboratable):
         self.checks = frozenset(checks)
         self.resets = resets
         self.address_bits = address_bits
-        if lifetimes not in (1, 2):
-            raise ValueError(f"lifetimes must be 1 or 2, not {lifetimes!r}")
-        self.lifetimes = lifetimes
+        if not isinstance(deep_covers, bool):
+            raise TypeError(f"deep_covers must be a bool, not {deep_covers!r}")
+        self.deep_covers = deep_covers
 
     def elaborate(self, platform):
         m = Module()
@@ -382,11 +383,17 @@ class ControllerSpec(Elaboratable):
                   & past(m, past(m, csr.addr == errors_address, name="errors_read_1"),
                          name="errors_read_2")),
         ]
-        if self.lifetimes == 2:
+        if self.deep_covers:
             # The tracked slot read out in its second lifetime: every worker wrote it, it
             # was read and cleared, every worker wrote it again, and it is read again.
             m.d.comb += Cover(running & readout_beat & (response.status == Status.OK)
                               & (pair_of(response.data) != 0) & (e["lifetime"] == 1))
+            # A fold's flag, raised at the tiles' flag stage, read from ERRORS as expected.
+            invalid_bit = ERROR_FLAGS.index("INVALID_CODE")
+            m.d.comb += Cover(running & answered_checked & csr.r_data[invalid_bit]
+                              & past(m, past(m, csr.addr == errors_address,
+                                             name="errors_read_deep_1"),
+                                     name="errors_read_deep_2"))
         if self.resets:
             # A reset that came with a request in flight, then a quiet read answered.
             reset_in_flight = Signal(reset_less=True)

@@ -76,13 +76,14 @@ def test_a_proof_refuses_an_unknown_mode_or_bug():
         Proof("x", "g", "c", "bmc", 1, lambda: None, bug="no_such_bug")
 
 
-def test_the_contract_covers_one_or_two_lifetimes():
+def test_the_deep_covers_are_asked_for_by_the_deep_cover_proof():
     from neuron_fabric.formal.catalogue import _controller_block
     from neuron_fabric.formal.controller import ControllerSpec
-    with pytest.raises(ValueError, match="lifetimes must be 1 or 2, not 3"):
-        ControllerSpec(controller=_controller_block(), checks=(), lifetimes=3)
-    deep = {p.name: p for p in all_proofs()}["controller_two_lifetimes_cover"]
-    assert deep.spec().lifetimes == 2 and deep.mode == "cover"
+    with pytest.raises(TypeError, match="deep_covers must be a bool, not 2"):
+        ControllerSpec(controller=_controller_block(), checks=(), deep_covers=2)
+    proofs = {p.name: p for p in all_proofs()}
+    assert proofs["controller_deep_cover"].spec().deep_covers
+    assert not proofs["controller_contract_cover"].spec().deep_covers
 
 
 def test_the_quick_proofs_hold_reach_their_covers_and_catch_their_bugs(tmp_path):
