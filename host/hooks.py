@@ -343,9 +343,9 @@ class FabricHook:
         residuals), and G-Ternary's shared maximum under ``statistics``. ``"fp32"`` holds
         ``all_reduce`` (its start, and the wait for it after the bucket's low-bit routes ran
         while it was in flight; ``device`` for the round trip through a device) and, for
-        FP32 slices apart from each other and short, ``write_back``. Timing costs a few calls of ``time.perf_counter`` per
-        route and chunk; on a CUDA bucket the phases are the host's view (kernels run
-        asynchronously).
+        FP32 slices apart from each other and short, ``write_back``. Timing costs a few
+        calls of ``time.perf_counter`` per route and chunk; on a CUDA bucket the phases are
+        the host's view (kernels run asynchronously).
 
     Per step: run forward and backward (DDP calls the hook per bucket), then call
     :meth:`end_step` with the local loss; it returns the global loss and the
@@ -494,10 +494,10 @@ class FabricHook:
         """Add ``x``'s sum of squares to ``sumsq`` and its sum of ``|x|`` to ``l1`` (0-d
         float64 views, either may be None), chunk by chunk: the chunk's magnitudes into a
         float32 scratch (one pass over ``x``), summed, squared and summed there (its squares
-        alone for the sum of squares alone), each chunk's sums added in float64. Where a chunk's float32 sums are not finite (a square beyond
-        float32's range, about 1.8e19 in magnitude, or a NaN or Inf in ``x``), the whole of
-        ``x`` is summed again in float64 (:meth:`_wide_sums`), so a large finite gradient
-        gives a finite sum."""
+        alone for the sum of squares alone), each chunk's sums added in float64. Where a
+        chunk's float32 sums are not finite (a square beyond float32's range, about 1.8e19
+        in magnitude, or a NaN or Inf in ``x``), the whole of ``x`` is summed again in
+        float64 (:meth:`_wide_sums`), so a large finite gradient gives a finite sum."""
         scratch = self._buffer(("statistics",), "magnitude", (_STAT_CHUNK,), torch.float32,
                                x.device)
         n_chunks = -(-x.numel() // _STAT_CHUNK)
