@@ -53,6 +53,12 @@ def run_hook(hook, params, grads):
     return result.numpy().copy()
 
 
+def by_name(model, names):
+    """The model's parameters of ``names``, in that order: a bucket's layout."""
+    params = dict(model.named_parameters())
+    return [params[name] for name in names]
+
+
 def slices(params):
     out, offset = [], 0
     for p in params:
@@ -89,8 +95,8 @@ def test_fp32_slices_are_averaged_where_they_lie_or_joined(group, monkeypatch, i
     are 0 (this one-worker group's all-reduce adds nothing): half of each gradient."""
     monkeypatch.setattr(hooks, "_IN_PLACE_ELEMENTS", in_place_from)
     model = Net()
-    params = [model.head.bias, model.body.weight, model.head.weight, model.body.bias]
     names = ["head.bias", "body.weight", "head.weight", "body.bias"]
+    params = by_name(model, names)
     routes = {"body.weight": GBINARY, "body.bias": FP32, "head.weight": FP32,
               "head.bias": FP32}
     hook = hooks.FabricHook(model, routes=routes)
@@ -111,8 +117,8 @@ def test_slices_fallen_to_fp32_are_averaged_beside_the_fp32_ones(group):
     """Two low-bit slices with a NaN or Inf go FP32 in an all-reduce of their own, while the
     FP32 slices' is in flight: each joins its short slices in a buffer of its own."""
     model = Net()
-    params = [model.body.weight, model.head.bias, model.head.weight, model.body.bias]
     names = ["body.weight", "head.bias", "head.weight", "body.bias"]
+    params = by_name(model, names)
     routes = {"body.weight": FP32, "head.bias": GBINARY, "head.weight": FP32,
               "body.bias": GTERNARY}
     hook = hooks.FabricHook(model, routes=routes)
