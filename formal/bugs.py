@@ -137,6 +137,16 @@ def _every_item_last(shipped):
     return _EveryItemLast
 
 
+def _read_clear_keeps_bitmap(shipped):
+    class ControlPlane(shipped):
+        """Writes a READ_CLEAR's row back with its bitmap as it was: the slot's lines are
+        emptied, its record of who wrote is not."""
+        def _write_back(self, m, word, flight, st):
+            super()._write_back(m, word, flight,
+                                types.SimpleNamespace(**{**vars(st), "is_read_clear": C(0, 1)}))
+    return ControlPlane
+
+
 def _bit_flipped(shipped):
     class FlippingPassthrough(shipped):
         """Flips one bit of the memory's read data on its way up."""
@@ -171,6 +181,9 @@ BUGS = {bug.name: bug for bug in (
                "swapped", {"hw.control_plane:fifo": _responses_swapped}),
     PlantedBug("duplicate_check", "the duplicate test never asks the stored bitmap",
                {"hw.control_plane:kept": _stored_bitmap_ignored}),
+    PlantedBug("read_clear_bitmap", "a READ_CLEAR empties the slot's lines but writes its "
+               "bitmap back full, so every write of the slot's next lifetime is refused as "
+               "DUPLICATE", {"hw.controller:ControlPlane": _read_clear_keeps_bitmap}),
     PlantedBug("item_last", "the AXI data port takes every item for its burst's last: a "
                "B for each W beat, RLAST on every R beat",
                {"hw.axi_data_port:SyncFIFOBuffered": _every_item_last}),

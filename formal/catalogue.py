@@ -312,6 +312,7 @@ def bug_proofs():
               "forward_three_ahead": ("aggregation", _group("aggregation")),
               "response_order": ("responses", _group("responses")),
               "duplicate_check": ("responses", _group("responses")),
+              "read_clear_bitmap": ("responses", _group("responses")),
               "passthrough_bit": ("passthrough", _group("passthrough"))}
     proofs = [
         Proof("bug_tie_rule_block", "planted bugs", f"{sign.name}, {TILE_LANES} line bits",
