@@ -10,7 +10,7 @@ import dataclasses
 import importlib
 import types
 
-from amaranth.hdl import C, Elaboratable, Module, Signal
+from amaranth.hdl import C, Cat, Elaboratable, Module, Signal
 from amaranth.lib import fifo
 
 from ..hw import axi_data_port, schedule
@@ -147,6 +147,14 @@ def _read_clear_keeps_bitmap(shipped):
     return ControlPlane
 
 
+def _saturation_dropped(shipped):
+    class LaneTile(shipped):
+        """Raises a fold's INVALID_CODE as shipped and its SATURATED never."""
+        def _flags(self, m, groups, live):
+            m.d.sync += self.invalid.eq(live & Cat(group.flags[1] for group in groups).any())
+    return LaneTile
+
+
 def _bit_flipped(shipped):
     class FlippingPassthrough(shipped):
         """Flips one bit of the memory's read data on its way up."""
@@ -184,6 +192,9 @@ BUGS = {bug.name: bug for bug in (
     PlantedBug("read_clear_bitmap", "a READ_CLEAR empties the slot's lines but writes its "
                "bitmap back full, so every write of the slot's next lifetime is refused as "
                "DUPLICATE", {"hw.controller:ControlPlane": _read_clear_keeps_bitmap}),
+    PlantedBug("saturation_dropped", "the tiles never raise SATURATED: a fold that "
+               "saturates a lane leaves ERRORS as it was",
+               {"hw.controller:LaneTile": _saturation_dropped}),
     PlantedBug("item_last", "the AXI data port takes every item for its burst's last: a "
                "B for each W beat, RLAST on every R beat",
                {"hw.axi_data_port:SyncFIFOBuffered": _every_item_last}),

@@ -56,6 +56,9 @@ PROOF_CONFIG = (f"{PROOF_PARAMS.name}, {PROOF_TILE_LANES}-bit tiles, 4-entry buf
 #: The same with three workers: a bitmap that is not a power of two wide, an odd
 #: NUM_WORKERS at its largest, and counters that reach their largest value (3 in 2 bits).
 THREE_WORKERS = dataclasses.replace(PROOF_PARAMS, max_workers=3)
+#: The same with 1-bit counters: two workers' votes or codes saturate a lane, so the tiles
+#: fold with the route engines and their saturation tests (docs/design.md, "Lane tiles").
+SATURATING = dataclasses.replace(PROOF_PARAMS, counter_bits=1)
 
 
 def _controller_block(params=PROOF_PARAMS):
@@ -183,6 +186,19 @@ def controller_proofs():
     for group in ("responses", "aggregation", "registers"):
         proofs.append(Proof(f"controller_{group}_3_workers", f"controller: {group}", three,
                             "bmc", CONTRACT_DEPTH, _group(group, params=THREE_WORKERS)))
+    # Counters that saturate: the folds, readouts and SATURATED flag of the engines' tiles.
+    # ERRORS is read only once the requests have drained, so the registers group runs to
+    # the deep checks' depth.
+    saturating = (f"{SATURATING.name} (saturates), {PROOF_TILE_LANES}-bit tiles, 4-entry "
+                  f"buffers, addresses below {2 ** ADDRESS_BITS}")
+    proofs += [
+        Proof("controller_aggregation_saturating", "controller: aggregation", saturating,
+              "bmc", CONTRACT_DEPTH, _group("aggregation", params=SATURATING)),
+        Proof("controller_registers_saturating", "controller: registers", saturating,
+              "bmc", DEEP_DEPTH, _group("registers", params=SATURATING)),
+        Proof("controller_cover_saturating", "controller", saturating, "cover", DEEP_DEPTH,
+              _controller(SATURATING, checks=CONTRACT, address_bits=ADDRESS_BITS)),
+    ]
     proofs += [
         Proof("controller_contract_cover_3_workers", "controller", three, "cover",
               CONTRACT_DEPTH, _controller(THREE_WORKERS, checks=CONTRACT,
@@ -323,6 +339,9 @@ def bug_proofs():
     proofs += [Proof(f"bug_{bug}", "planted bugs", f"{DEEP_CONFIG}; {group}", "bmc",
                      RESET_DEPTH if group == "reset" else CONTRACT_DEPTH, spec, bug=bug)
                for bug, (group, spec) in on_top.items()]
+    proofs.append(Proof("bug_saturation_dropped", "planted bugs",
+                        f"{SATURATING.name} (saturates); registers", "bmc", DEEP_DEPTH,
+                        _group("registers", params=SATURATING), bug="saturation_dropped"))
     proofs.append(Proof("bug_combiner_forward", "planted bugs", COMBINER_PROOF_CONFIG, "bmc",
                         COMBINER_BUG_DEPTH, _combiner_spec(), bug="combiner_forward"))
     proofs.append(Proof("bug_item_last", "planted bugs", f"{AXI_CONFIG}; axi channels", "bmc",

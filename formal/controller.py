@@ -32,11 +32,12 @@ from amaranth.hdl import (Array, Assert, Assume, C, Cat, Cover, Elaboratable, Mo
 from amaranth.asserts import AnyConst, Initial
 
 from ..golden.controller import Op, Status
-from ..golden.formats import (READOUTS_BY_ROUTE, ROUTE_SPECS, Readout, Route,
-                               readout_lines_per_slot)
+from ..golden.formats import (READOUTS_BY_ROUTE, ROUTE_SPECS, Readout, Route, count_limit,
+                               readout_lines_per_slot, sum_limit)
 from ..golden.params import ADDR_BITS
 from ..golden.regmap import COUNTERS, ERROR_FLAGS, TIMING_COUNTERS, window_register
 from ..hw.controller import Controller
+from ..hw.pair_fold import lanes_can_fill
 from ..hw.schedule import FLAGS_STAGE
 from .blocks import gated_reference, majority_reference
 from .rules import StreamRules, after_reset, free, past, reset_at_start
@@ -57,13 +58,16 @@ DRAIN = FLAGS_STAGE + 2
 class ControllerSpec(Elaboratable):
     """The controller's contract (see the module's docstring) for the groups in ``checks``.
 
-    ``controller`` is a :class:`Controller` of one window (``NUM_WINDOWS`` 1) and a counter
-    of the default width, so that no lane saturates (saturation is proven on the lane
-    engines); ``resets`` lets reset come in any cycle (the *reset* group) instead of only
-    the first; ``address_bits``, when given, keeps line addresses and window bases below
-    ``2**address_bits``; ``deep_covers`` adds the covers only deeper checks reach: a readout
-    of the tracked slot after it was read, cleared and written again by every worker (its
-    second lifetime), and a fold's INVALID_CODE flag read from ERRORS.
+    ``controller`` is a :class:`Controller` of one window (``NUM_WINDOWS`` 1). Where its
+    counters are narrower than the default, so that lanes saturate, the reference saturates
+    the tracked slot's lanes as the golden model does and raises SATURATED, and only the
+    tracked slot is written with votes or codes in the tracked pair (slots are rows of one
+    memory addressed alike; the reference keeps one slot's lanes). ``resets`` lets reset
+    come in any cycle (the *reset* group) instead of only the first; ``address_bits``,
+    when given, keeps line addresses and window bases below ``2**address_bits``;
+    ``deep_covers`` adds the covers only deeper checks reach: a readout of the tracked slot
+    after it was read, cleared and written again by every worker (its second lifetime),
+    and a fold's INVALID_CODE flag read from ERRORS.
     """
 
     def __init__(self, *, controller, checks, resets=False, address_bits=None,
@@ -209,12 +213,27 @@ class ControllerSpec(Elaboratable):
             m.d.sync += lifetime.eq(lifetime + 1)
 
         bits = pair_of(request.data)
+        lanes_fill = lanes_can_fill(max_workers=p.max_workers, counter_bits=p.counter_bits)
+        if lanes_fill:
+            m.d.comb += Assume(~(taken & is_write & claimed & ~tracked) | (bits == 0))
+        # The fold saturates as the golden model's: a lane's count at the largest it holds,
+        # a sum within the largest magnitude; SATURATED says the unclipped value was beyond.
         code_step = Mux(bits == 0b01, 1, Mux(bits == 0b11, -1, 0))
+        most_count = count_limit(p.counter_bits)
+        most_sum = sum_limit(p.max_workers, p.counter_bits)
+        added = [counts[k] + bits[k] for k in range(2)]
+        summed = total + code_step
+        beyond = Mux(route == Route.GTERNARY, (summed > most_sum) | (summed < -most_sum),
+                     Cat(count > most_count for count in added).any())
+        filled = Signal()   # a fold of the tracked slot saturated since it was last emptied
         with m.If(window_written | clear_slots | clears):
-            m.d.sync += [counts[0].eq(0), counts[1].eq(0), total.eq(0)]
+            m.d.sync += [counts[0].eq(0), counts[1].eq(0), total.eq(0), filled.eq(0)]
         with m.Elif(folds):
-            m.d.sync += [counts[0].eq(counts[0] + bits[0]),
-                         counts[1].eq(counts[1] + bits[1]), total.eq(total + code_step)]
+            m.d.sync += filled.eq(filled | beyond)
+            m.d.sync += [counts[k].eq(Mux(added[k] > most_count, most_count, added[k]))
+                         for k in range(2)]
+            m.d.sync += total.eq(Mux(summed > most_sum, most_sum,
+                                     Mux(summed < -most_sum, -most_sum, summed)))
 
         # The lines of the tracked pair in each beat of a readout, from the reference now.
         most_lines = max(readout_lines_per_slot(r, counter_bits=p.counter_bits) for r in Readout)
@@ -250,7 +269,7 @@ class ControllerSpec(Elaboratable):
             ("tracked", 1), ("status", len(Value.cast(status))), ("lines", len(line_count)),
             ("readout", 1), ("memory_read", 1), ("to_memory", 1), ("write", 1),
             ("memory_index", COUNT_BITS), ("read_index", COUNT_BITS), ("addr", ADDR_BITS),
-            ("data", p.line_bits), ("lifetime", 2))}
+            ("data", p.line_bits), ("lifetime", 2), ("filled", 1))}
         expected_beats = Array(Signal(2, name=f"expect_beat_{k}") for k in range(most_lines))
         with m.If(taken & (taken_count == tag)):
             m.d.sync += [
@@ -260,7 +279,7 @@ class ControllerSpec(Elaboratable):
                 e["to_memory"].eq(to_memory), e["write"].eq(is_write),
                 e["memory_index"].eq(memory_taken), e["read_index"].eq(reads_taken),
                 e["addr"].eq(request.addr), e["data"].eq(request.data),
-                e["lifetime"].eq(lifetime),
+                e["lifetime"].eq(lifetime), e["filled"].eq(filled),
             ]
             m.d.sync += [expected_beats[k].eq(beats[k]) for k in range(most_lines)]
 
@@ -318,7 +337,7 @@ class ControllerSpec(Elaboratable):
 
         bad_config = claimed & config_bad
         invalid_line = accepted & (route == Route.GTERNARY) & (bits == 0b10)
-        raised = {"INVALID_CODE": invalid_line, "SATURATED": C(0, 1),
+        raised = {"INVALID_CODE": invalid_line, "SATURATED": folds & beyond,
                   "DUPLICATE": claimed & ~refused_alone & is_write & duplicate,
                   "NOT_READY": claimed & ~refused_alone & ~is_write & ~complete,
                   "BAD_REQUEST": refused_alone & ~bad_config, "BAD_CONFIG": bad_config}
@@ -390,6 +409,12 @@ class ControllerSpec(Elaboratable):
             # registers check compares it with the reference's).
             invalid_bit = ERROR_FLAGS.index("INVALID_CODE")
             m.d.comb += Cover(running & errors_answered & csr.r_data[invalid_bit])
+        if lanes_fill:
+            # A readout of a slot whose lanes saturated, and SATURATED read from ERRORS.
+            saturated_bit = ERROR_FLAGS.index("SATURATED")
+            m.d.comb += [Cover(running & readout_beat & (response.status == Status.OK)
+                               & e["filled"]),
+                         Cover(running & errors_answered & csr.r_data[saturated_bit])]
         if self.resets:
             # A reset that came with a request in flight, then a quiet read answered.
             reset_in_flight = Signal(reset_less=True)

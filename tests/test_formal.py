@@ -86,6 +86,21 @@ def test_the_deep_covers_are_asked_for_by_the_deep_cover_proof():
     assert not proofs["controller_contract_cover"].spec().deep_covers
 
 
+def test_the_saturating_proofs_run_on_tiles_whose_lanes_fill():
+    """The saturating configuration's tiles fold with the route engines, the others' with
+    the pair adders, so the top's saturation is checked only where it can happen."""
+    from neuron_fabric.formal.catalogue import PROOF_PARAMS, SATURATING
+    from neuron_fabric.hw.pair_fold import lanes_can_fill
+    proofs = {p.name: p for p in all_proofs()}
+    for name in ("controller_aggregation_saturating", "controller_registers_saturating",
+                 "controller_cover_saturating", "bug_saturation_dropped"):
+        params = proofs[name].spec().dut.params
+        assert params == SATURATING
+        assert lanes_can_fill(max_workers=params.max_workers, counter_bits=params.counter_bits)
+    assert not lanes_can_fill(max_workers=PROOF_PARAMS.max_workers,
+                              counter_bits=PROOF_PARAMS.counter_bits)
+
+
 def test_the_quick_proofs_hold_reach_their_covers_and_catch_their_bugs(tmp_path):
     """`make formal --quick`: every block unbounded, a short bounded check of the top, and the
     block-level planted bugs, each answering as expected with its traces."""
