@@ -198,8 +198,9 @@ class TernaryGateSpec(Elaboratable):
 
 
 class PairFoldSpec(Elaboratable):
-    """:class:`~neuron_fabric.hw.pair_fold.PairFold` against the reference fold and
-    readouts. The block holds no state, so one step proves it for every input.
+    """:class:`~neuron_fabric.hw.pair_fold.PairFold` and
+    :class:`~neuron_fabric.hw.pair_fold.PairCompare` against the reference fold and
+    readouts. The blocks hold no state, so one step proves them for every input.
 
     The sum is the chosen row plus the addend, modulo ``2**(2C)``, for every row and every
     addend the tile forms (a -1 has every addend bit set). The comparisons are asserted on
@@ -213,10 +214,12 @@ class PairFoldSpec(Elaboratable):
 
     def __init__(self, *, max_workers, counter_bits=None):
         self.fold = pair_fold.PairFold(max_workers=max_workers, counter_bits=counter_bits)
+        self.compare = pair_fold.PairCompare(max_workers=max_workers, counter_bits=counter_bits)
 
     def elaborate(self, platform):
         m = Module()
         m.submodules.fold = fold = self.fold
+        m.submodules.compare = compare = self.compare
         MW, C = fold.max_workers, fold.counter_bits
         num_workers = Signal(range(MW + 1))
         gate = Signal(self.GATE_BITS)
@@ -232,35 +235,37 @@ class PairFoldSpec(Elaboratable):
             word.majority.eq(sign_count.majority_thresholds(num_workers, max_workers=MW)),
             word.gate_less_one.eq(threshold),
             word.low_threshold.eq(schedule.low_threshold(readout, word.majority, threshold)),
-            fold.thresholds.eq(pair_fold.pair_thresholds(word)),
+            compare.thresholds.eq(pair_fold.pair_thresholds(word)),
         ]
 
         row = Mux(fold.from_last, fold.last, fold.chosen)
         step = Mux(sign, (1 << 2 * C) - 1, low + (high << C))
         total = Signal(2 * C)
-        m.d.comb += [total.eq(row + step), Assert(fold.sum == total)]
+        # The tile compares the sum it registered; here, the sum as it leaves the adder.
+        m.d.comb += [total.eq(row + step), Assert(fold.sum == total),
+                     compare.row.eq(fold.sum)]
 
         counts = [total[:C], total[C:]]
         majority_read = (readout == Readout.SIGN) | (readout == Readout.TERNARY)
         with m.If(majority_read & (counts[0] <= num_workers) & (counts[1] <= num_workers)):
             for lane, count in enumerate(counts):
                 negative, not_tie = majority_reference(count, num_workers)
-                m.d.comb += [Assert(fold.sign[lane] == negative),
-                             Assert(fold.tie[lane] == ~not_tie)]
+                m.d.comb += [Assert(compare.sign[lane] == negative),
+                             Assert(compare.tie[lane] == ~not_tie)]
         signed_total = total.as_signed()
         with m.If((readout == Readout.GATED) & (signed_total >= -MW) & (signed_total <= MW)):
             gated = gated_reference(signed_total, gate)
-            m.d.comb += [Assert(fold.positive == (gated == 0b01)),
-                         Assert(fold.negative == gated[1])]
+            m.d.comb += [Assert(compare.positive == (gated == 0b01)),
+                         Assert(compare.negative == gated[1])]
         # Reachable: a tie in the low lane, a negative majority in the high one, a negative
         # sum that passes the gate and a positive one that does not.
         m.d.comb += [
-            Cover(majority_read & (num_workers == 4) & (counts[0] == 2) & fold.tie[0]),
-            Cover(majority_read & (counts[1] == 2) & (num_workers == 3) & fold.sign[1]),
+            Cover(majority_read & (num_workers == 4) & (counts[0] == 2) & compare.tie[0]),
+            Cover(majority_read & (counts[1] == 2) & (num_workers == 3) & compare.sign[1]),
             Cover((readout == Readout.GATED) & (signed_total == -2) & (gate == 2)
-                  & fold.negative),
+                  & compare.negative),
             Cover((readout == Readout.GATED) & (signed_total == 1) & (gate == 2)
-                  & ~fold.positive),
+                  & ~compare.positive),
         ]
         return m
 

@@ -66,9 +66,17 @@ def _tie_reads_negative(shipped):
 
 
 def _three_ahead_not_forwarded(shipped):
-    # A write three words ahead is taken for the block RAM's: its row is read stale.
-    return {distance: schedule.Source.BLOCK_RAM if distance == 3 else source
+    # A write three words ahead is not copied: the row folds onto nothing.
+    return {distance: schedule.Source.NONE if distance == 3 else source
             for distance, source in shipped.items()}
+
+
+def _stale_row_taken(shipped):
+    # The tiles are told to take the block RAM's row whatever the bitmap says: the first
+    # write of a slot's lifetime folds onto what the row held before.
+    def kept_halves(m, terms, op, name):
+        return [C(1, 1)] if name == "bitmap_used" else shipped(m, terms, op, name)
+    return kept_halves
 
 
 def _stored_bitmap_ignored(shipped):
@@ -175,16 +183,19 @@ def _commit_not_forwarded(shipped):
 
 #: The planted bugs, by name.
 BUGS = {bug.name: bug for bug in (
-    PlantedBug("reset_flags", "the tiles' mask after a reset ends at the write stage, and "
+    PlantedBug("reset_flags", "the tiles' mask after a reset ends at the compare stage, and "
                "the control plane's record of accepted writes survives the reset, so the "
                "flags of a word in flight before a one-cycle reset are counted after it",
-               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: schedule.WRITE_STAGE,
+               {"hw.lane_tile:FLAGS_STAGE": lambda shipped: schedule.COMPARE_STAGE,
                 "hw.control_plane:Signal": _accepted_kept_through_reset}),
     PlantedBug("tie_rule", "a tie reads as a negative majority (2n >= N)",
                {"hw.sign_count:majority_thresholds": _tie_reads_negative,
                 "hw.control_plane:majority_thresholds": _tie_reads_negative}),
     PlantedBug("forward_three_ahead", "a write three words ahead is not forwarded",
                {"hw.control_plane:FORWARD_DISTANCES": _three_ahead_not_forwarded}),
+    PlantedBug("stale_row", "a slot's block RAM row is folded onto whatever its bitmap says: "
+               "the first write of a lifetime adds to what the row held before",
+               {"hw.control_plane:kept_halves": _stale_row_taken}),
     PlantedBug("response_order", "the first two responses (and memory requests) leave "
                "swapped", {"hw.control_plane:fifo": _responses_swapped}),
     PlantedBug("duplicate_check", "the duplicate test never asks the stored bitmap",

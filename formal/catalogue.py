@@ -148,9 +148,14 @@ QUICK_DEPTH = 14
 RESET_DEPTH = 22
 #: The deep checks: after the reset's sweep and the configuration, two lifetimes of the
 #: tracked slot (every worker writes it, it is read and cleared, every worker writes it again
-#: and it is read again, with any backpressure; the cover reaches that readout at step 25),
-#: or a fold's flags counted and read (the write, the tiles' flag stage and a read of ERRORS).
-DEEP_DEPTH = 26
+#: and it is read again, with any backpressure). The cover reaches the second readout's
+#: answer at step 27; the responses check stops a step short of it, as its step 27 alone
+#: took the solver more than 8 minutes.
+DEEP_DEPTH = 27
+DEEP_COVER_DEPTH = 28
+#: The registers' deep checks: a fold's flags counted and read (the write, the tiles' flag
+#: stage and a read of ERRORS once the pipeline has drained, by step 22).
+FLAGS_DEPTH = 26
 
 #: The deeper checks keep line addresses and window bases below 2**ADDRESS_BITS: the window
 #: arithmetic at full width is in the short check of the whole contract.
@@ -188,15 +193,15 @@ def controller_proofs():
                             "bmc", CONTRACT_DEPTH, _group(group, params=THREE_WORKERS)))
     # Counters that saturate: the folds, readouts and SATURATED flag of the engines' tiles.
     # ERRORS is read only once the requests have drained, so the registers group runs to
-    # the deep checks' depth.
+    # the registers' deep depth.
     saturating = (f"{SATURATING.name} (saturates), {PROOF_TILE_LANES}-bit tiles, 4-entry "
                   f"buffers, addresses below {2 ** ADDRESS_BITS}")
     proofs += [
         Proof("controller_aggregation_saturating", "controller: aggregation", saturating,
               "bmc", CONTRACT_DEPTH, _group("aggregation", params=SATURATING)),
         Proof("controller_registers_saturating", "controller: registers", saturating,
-              "bmc", DEEP_DEPTH, _group("registers", params=SATURATING)),
-        Proof("controller_cover_saturating", "controller", saturating, "cover", DEEP_DEPTH,
+              "bmc", FLAGS_DEPTH, _group("registers", params=SATURATING)),
+        Proof("controller_cover_saturating", "controller", saturating, "cover", FLAGS_DEPTH,
               _controller(SATURATING, checks=CONTRACT, address_bits=ADDRESS_BITS)),
     ]
     proofs += [
@@ -208,8 +213,8 @@ def controller_proofs():
         Proof("controller_responses_deep", "controller: responses", DEEP_CONFIG, "bmc",
               DEEP_DEPTH, _group("responses")),
         Proof("controller_registers_deep", "controller: registers", DEEP_CONFIG, "bmc",
-              DEEP_DEPTH, _group("registers")),
-        Proof("controller_deep_cover", "controller", DEEP_CONFIG, "cover", DEEP_DEPTH,
+              FLAGS_DEPTH, _group("registers")),
+        Proof("controller_deep_cover", "controller", DEEP_CONFIG, "cover", DEEP_COVER_DEPTH,
               _controller(checks=CONTRACT, address_bits=ADDRESS_BITS, deep_covers=True)),
         Proof("controller_reset", "controller: reset", DEEP_CONFIG, "bmc", RESET_DEPTH,
               resets),
@@ -217,6 +222,11 @@ def controller_proofs():
               RESET_DEPTH, resets),
         Proof("controller_power_up", "controller: reset", DEEP_CONFIG + ", power-up state "
               "arbitrary", "bmc", RESET_DEPTH, power_up, power_up=True),
+        # The tiles never clear a slot's row: from any power-up contents, the readouts are
+        # the reference's.
+        Proof("controller_aggregation_power_up", "controller: aggregation",
+              DEEP_CONFIG + ", power-up state arbitrary", "bmc", CONTRACT_DEPTH,
+              _group("aggregation"), power_up=True),
     ]
     return proofs
 
@@ -229,7 +239,7 @@ AXI_CONFIG = f"{PROOF_CONFIG}, 2-bit AXI IDs, 4 tags"
 AXI_DEPTH = 11
 #: Depth of their covers: a two-beat write burst's B through the memory at step 13, a
 #: two-beat read burst's last beat at step 15.
-AXI_COVER_DEPTH = 16
+AXI_COVER_DEPTH = 18
 
 
 def _axi_top():
@@ -311,6 +321,11 @@ def combiner_proofs():
     ]
 
 
+#: The duplicate test's planted bug shows only once a worker's earlier write has left the
+#: writes in flight for the stored bitmap and the worker writes again.
+DUPLICATE_BUG_DEPTH = 22
+
+
 def bug_proofs():
     """Each planted bug under the proof that catches it: each must fail."""
     sign = PRESETS["small"]
@@ -336,11 +351,15 @@ def bug_proofs():
         Proof("bug_passthrough_bit_block", "planted bugs", f"{sign.name}, 3 reads in flight",
               "bmc", 6, passthrough, quick=True, bug="passthrough_bit"),
     ]
+    depths = {"reset": RESET_DEPTH, "duplicate_check": DUPLICATE_BUG_DEPTH}
     proofs += [Proof(f"bug_{bug}", "planted bugs", f"{DEEP_CONFIG}; {group}", "bmc",
-                     RESET_DEPTH if group == "reset" else CONTRACT_DEPTH, spec, bug=bug)
+                     depths.get(bug, depths.get(group, CONTRACT_DEPTH)), spec, bug=bug)
                for bug, (group, spec) in on_top.items()]
+    proofs.append(Proof("bug_stale_row", "planted bugs", f"{DEEP_CONFIG}, power-up state "
+                        "arbitrary; aggregation", "bmc", CONTRACT_DEPTH, _group("aggregation"),
+                        bug="stale_row", power_up=True))
     proofs.append(Proof("bug_saturation_dropped", "planted bugs",
-                        f"{SATURATING.name} (saturates); registers", "bmc", DEEP_DEPTH,
+                        f"{SATURATING.name} (saturates); registers", "bmc", FLAGS_DEPTH,
                         _group("registers", params=SATURATING), bug="saturation_dropped"))
     proofs.append(Proof("bug_combiner_forward", "planted bugs", COMBINER_PROOF_CONFIG, "bmc",
                         COMBINER_BUG_DEPTH, _combiner_spec(), bug="combiner_forward"))

@@ -64,16 +64,17 @@ class ControlPlane(wiring.Component):
        clearing sweep's rows take the place of requests here); the read word (the row)
        leaves for the tiles;
     2. word: the word is formed; its row's bitmap is read; the forward word leaves, saying
-       whether a write two, three or four words ahead, still in flight, has the row;
+       whether a write two or three words ahead, still in flight, has the row;
     3. status: from the bitmap (forwarded from the three words ahead); the fold word
-       leaves (nothing in it waits on the status), with the readout's line codes decoded
-       as the word entered the stage;
+       leaves (nothing in it waits on the status but the row's choice: the previous
+       word's sum, the block RAM's row, or none), with the readout's line codes decoded as
+       the word entered the stage;
     4. the bitmap is written back; flags and counters count the word; the late word (what
        the status decides), registered here first, leaves; the response's status is
        formed from the tests' registered answers;
-    6. the word's response and memory request enter the buffers, whose heads are
+    7. the word's response and memory request enter the buffers, whose heads are
        registered, so they reach the outputs with the tiles' slices, which enter the
-       tiles' buffers at stage 7. Their credits decide admission.
+       tiles' buffers at stage 8. Their credits decide admission.
 
     **Admission**: by credits. ``i_req.ready`` is high while the response and memory
     buffers have room for everything in flight and the longest readout; a readout of ``k``
@@ -364,23 +365,22 @@ class ControlPlane(wiring.Component):
         w1_writes, w2_writes, w3_writes = Signal(), Signal(), Signal()
         w1_clears, w2_clears, w3_clears = (Signal(name=f"w{k}_clears", reset_less=True)
                                            for k in (1, 2, 3))
-        w1_row, w2_row, w3_row = (Signal(range(self.rows), name=f"w{k}_row", reset_less=True)
-                                  for k in (1, 2, 3))
+        w1_row, w2_row = (Signal(range(self.rows), name=f"w{k}_row", reset_less=True)
+                          for k in (1, 2))
         w1_worker, w2_worker = (Signal(p.worker_bits, name=f"w{k}_worker", reset_less=True)
                                 for k in (1, 2))
         w1_bitmap, w2_bitmap, w3_bitmap = (Signal(p.max_workers, name=f"w{k}_bitmap",
                                                   reset_less=True) for k in (1, 2, 3))
         m.d.sync += [w2_writes.eq(w1_writes), w2_clears.eq(w1_clears), w2_row.eq(w1_row),
                      w2_worker.eq(w1_worker), w2_bitmap.eq(w1_bitmap),
-                     w3_writes.eq(w2_writes), w3_clears.eq(w2_clears), w3_row.eq(w2_row),
-                     w3_bitmap.eq(w2_bitmap)]
-        # Whether the word (in the word stage) has the row of the word one, two, three or four
-        # words ahead of it: the writes two to four ahead choose the tiles' forwarding now;
-        # one to three ahead are registered for the status stage, so that it only combines,
-        # with whether they are the same worker's.
-        has_row_of = [ahead == d["row"] for ahead in (s["row"], w1_row, w2_row, w3_row)]
+                     w3_writes.eq(w2_writes), w3_clears.eq(w2_clears), w3_bitmap.eq(w2_bitmap)]
+        # Whether the word (in the word stage) has the row of the word one, two or three
+        # words ahead of it: the writes two and three ahead choose the tiles' forwarding now;
+        # all three are registered for the status stage, so that it only combines, with
+        # whether they are the same worker's.
+        has_row_of = [ahead == d["row"] for ahead in (s["row"], w1_row, w2_row)]
         same_row, same_worker = Signal(3), Signal(3)
-        m.d.sync += [same_row.eq(Cat(has_row_of[:3])),
+        m.d.sync += [same_row.eq(Cat(has_row_of)),
                      same_worker.eq(Cat(ahead == d["worker"]
                                         for ahead in (s["worker"], w1_worker, w2_worker)))]
         from_w1, from_w2, from_w3 = (
@@ -389,15 +389,17 @@ class ControlPlane(wiring.Component):
         assert BITMAP_DISTANCES == (1, 2, 3)
         return SimpleNamespace(
             writes=[w1_writes, w2_writes, w3_writes], clears=[w1_clears, w2_clears, w3_clears],
-            row=[w1_row, w2_row, w3_row], worker=[w1_worker, w2_worker],
+            row=[w1_row, w2_row], worker=[w1_worker, w2_worker],
             bitmap=[w1_bitmap, w2_bitmap, w3_bitmap], has_row_of=has_row_of,
             same_worker=same_worker, hit=[from_w1, from_w2, from_w3])
 
     def _read_and_forward_words(self, m, word, flight):
         """The read word (stage 1: the row) and the forward word (stage 2). The tiles read
-        the row a cycle after the read word leaves; a write two, three or four words ahead of
-        this word is not in their block RAM by then, so they take its result instead, the
-        nearest one (:data:`~.schedule.FORWARD_DISTANCES`), chosen here."""
+        the row a cycle after the read word leaves; a write two or three words ahead of this
+        word is not in their block RAM by then, so they copy its sum instead: the nearest
+        write's (:data:`~.schedule.FORWARD_DISTANCES`), chosen here, unless it emptied the
+        slot (a READ_CLEAR, a row of the sweep), whose row is empty. The write one word ahead
+        is the status stage's to see (the fold word's ``from_last`` and ``empty``)."""
         read_word = Signal.like(self.read_words[0], name="read_word_next")
         m.d.comb += read_word.row.eq(word.row)
         forward_word = Signal.like(self.forward_words[0], name="forward_word_next")
@@ -405,11 +407,13 @@ class ControlPlane(wiring.Component):
         # first.
         choose = m.If
         for distance, source in FORWARD_DISTANCES.items():
-            with choose(flight.writes[distance - 2] & flight.has_row_of[distance - 1]):
-                m.d.comb += forward_word.source.eq(source)
+            ahead = distance - 2
+            with choose(flight.writes[ahead] & flight.has_row_of[distance - 1]):
+                m.d.comb += forward_word.source.eq(Mux(flight.clears[ahead], Source.NONE,
+                                                       source))
             choose = m.Elif
         with m.Else():
-            m.d.comb += forward_word.source.eq(Source.BLOCK_RAM)
+            m.d.comb += forward_word.source.eq(Source.NONE)
         word.read_word, word.forward_word = read_word, forward_word
 
     def _bitmap_read(self, m, word):
@@ -545,6 +549,11 @@ class ControlPlane(wiring.Component):
                        "farther_complete")
         nearest = Cat(kept_halves(m, done(w1_bitmap, st.full_mask), "all", "w1_complete")).all()
         in_flight = kept(m, from_w1 | from_w2 | from_w3, "in_flight")
+        # The tiles' row is the block RAM's where no write in flight has it and the slot is
+        # not empty: an empty slot has no row (the tiles never clear one).
+        st.from_ram = kept(m, ~in_flight & Cat(kept_halves(
+            m, [bitmap_read[i:i + 2].any() for i in range(0, MW, 2)], "any", "bitmap_used")
+        ).any(), "from_ram")
         in_flight_not_ready = kept(m, st.asks_complete & in_flight
                                    & ~Mux(from_w1, nearest, farther), "in_flight_not_ready")
         ram_decides_complete = kept(m, st.asks_complete & ~in_flight, "ram_decides_complete")
@@ -554,9 +563,10 @@ class ControlPlane(wiring.Component):
 
     def _fold_and_late_words(self, m, regs, word, flight, st):
         """The fold word (stage 3) and the late word (registered at stage 3, so it leaves at
-        stage 4). The fold word waits on no status: every write to a window folds, and a
-        READ_CLEAR clears, as if accepted. The late word says a cycle later whether the row
-        is written back; a refused write's flags are dropped (:meth:`_counters`)."""
+        stage 4). The fold word waits on no status but the row's choice: every write to a
+        window folds as if accepted. The late word says a cycle later whether the sum is
+        written back; a refused write's flags are dropped (:meth:`_counters`). A READ_CLEAR
+        and the sweep write no row: the bitmap they empty says the slot has none."""
         p, s = self.params, word.s
         gbinary = s["route"] == Route.GBINARY
         writes_window = st.request & s["claimed"] & st.is_write
@@ -568,8 +578,9 @@ class ControlPlane(wiring.Component):
             fold_word.fold_gbinary.eq(writes_window & gbinary),
             fold_word.fold_gternary.eq(writes_window & ~gbinary),
             fold_word.fold_any.eq(writes_window),
-            fold_word.clear.eq((st.request & s["claimed"] & st.is_read_clear) | s["sweep"]),
-            fold_word.from_last.eq(flight.hit[0]),
+            fold_word.from_last.eq(flight.hit[0] & ~flight.clears[0]),
+            fold_word.from_ram.eq(st.from_ram),
+            fold_word.empty.eq(flight.hit[0] & flight.clears[0]),
             fold_word.capture.eq(~s["beat_word"]),
             fold_word.codes.eq(word.codes),
             fold_word.majority.eq(majority),
@@ -582,7 +593,7 @@ class ControlPlane(wiring.Component):
         # The status is registered here, beside the logic that makes it, before its copies
         # cross the die: the late word leaves a cycle after the fold word.
         late_word = Signal.like(self.late_words[0], name="late_word_status")
-        m.d.sync += [late_word.write_row.eq(st.writes_row),
+        m.d.sync += [late_word.write_row.eq(st.accepted_write),
                      late_word.quiet.eq(~st.beat_answers & ~st.answers_readout)]
         word.fold_word, word.late_word = fold_word, late_word
 
@@ -617,7 +628,7 @@ class ControlPlane(wiring.Component):
                      word.bitmaps_wr.en.eq(w1_writes)]
 
     def _entries(self, m, word, st):
-        """Stages 4 to 6: the narrow part of the word's response and memory request, delayed
+        """Stages 4 to 7: the narrow part of the word's response and memory request, delayed
         to enter the buffers at :data:`~.schedule.BUFFER_STAGE`: a buffer's head is
         registered, a cycle behind the tiles' heads, so the two meet at the outputs. The
         status joins its entry a cycle later, from the tests' answers registered as they are
@@ -647,10 +658,10 @@ class ControlPlane(wiring.Component):
                                                        answered | answers))
         return entries[-1]
 
-    # ---------------------------------------------------------------- 6: buffers, credits
+    # ---------------------------------------------------------------- 7: buffers, credits
 
     def _buffers(self, m, at_buffers):
-        """Stage 6: the response and memory-request buffers. Registered heads: whether an
+        """Stage 7: the response and memory-request buffers. Registered heads: whether an
         output is valid, and whether its response waits for the memory's data or its request
         for room for a read, leave flip-flops, so the pops the outputs decide are a gate or
         two from registers before they cross to the tiles."""

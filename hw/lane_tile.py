@@ -19,49 +19,58 @@ from ..golden.validate import check_int
 from ..golden.formats import Route, check_counter_bits
 from ..golden.gternary import INVALID_CODE
 from .engines import ENGINES
-from .row_cells import check_cells, choose_by_code, choose_of_four, code_bits
+from .row_cells import check_cells, choose_by_code, code_bits
 from .lane_logic import KEEP
-from .layouts import check_hw_max_workers, in_encoding_order
-from .pair_fold import PairFold, lanes_can_fill, pair_thresholds, threshold_layout
-from .schedule import (FLAGS_STAGE, FOLD_STAGE, FOLD_WORD_STAGE, FORWARD_DISTANCES,
-                       READ_WORD_STAGE, WRITE_STAGE, Source, fold_word_layout,
+from .layouts import check_hw_max_workers
+from .pair_fold import PairCompare, PairFold, lanes_can_fill, pair_thresholds, threshold_layout
+from .schedule import (COMPARE_STAGE, FLAGS_STAGE, FOLD_STAGE, FOLD_WORD_STAGE,
+                       FORWARD_DISTANCES, PUSH_STAGE, READ_WORD_STAGE, fold_word_layout,
                        forward_word_layout, late_word_layout, read_word_layout)
 from .tile_row import code_keys, group_lines, row_layout, row_of_sums, split_codes, sums_of_row
 
-__all__ = ["LaneTile", "LOOP_LAYOUT", "SELECT_BITS"]
+__all__ = ["LaneTile", "CHOICE_LAYOUT", "SELECT_BITS"]
 
 #: Line bits per copy of a readout line's code register.
 SELECT_BITS = 4
 
-#: The fields of the fold loop, copied per pair of line bits.
-LOOP_LAYOUT = data.StructLayout({"from_last": 1, "clear": 1})
+#: The fields that choose a group's row a cycle before the fold, copied per group of lanes.
+CHOICE_LAYOUT = data.StructLayout({"from_ram": 1, "empty": 1})
 
 
 class LaneTile(wiring.Component):
     """``tile_lanes`` line bits of the data plane: slot RAM, fold, forwarding, readout, buffers.
 
     **Throughput**: one word per clock, always: nothing in the tile waits. Back-to-back
-    writes to one slot fold at II = 1: a write still in flight (one to four words ahead)
+    writes to one slot fold at II = 1: a write still in flight (one to three words ahead)
     is forwarded to the fold instead of the block RAM's stale row. Only a 2:1 choice sits
-    in the fold loop (the previous word's result or the rest); the rest (the block RAM's
-    row or a result two to four words ahead) is chosen a cycle before the fold, into a
-    fabric register, so the block RAM's output is one register hop from the fold.
+    in the fold loop (the previous word's sum or the rest), inside the carry cells. The
+    rest is chosen a cycle before the fold, into a fabric register, as an OR: the block
+    RAM's row and copies of the sums two and three words ahead, each zeroed unless it is
+    the row's (one LUT4 a row bit), so the block RAM's output is one register hop from the
+    fold. The sum goes to the block RAM unregistered, so the fourth word ahead has landed
+    by the read; the comparisons read it registered, a cycle later.
+    **Rows**: a slot whose contribution bitmap is empty has no row. The tile never clears
+    one: the first write of a slot's lifetime folds onto zero, as the control plane says
+    (the fold word's ``from_ram`` and ``empty``), and a reset leaves the block RAM as it
+    is.
     **Latency**: the data line arrives in cycle 0 (``i_data``, the request's transfer),
     the read, forward, fold and late words one cycle before their stages (the control plane's
-    registers); the row is read at :data:`~.schedule.READ_WORD_STAGE`, folded at
-    :data:`~.schedule.FOLD_STAGE` and written back, with the readout slice pushed into the
-    response buffer, at :data:`~.schedule.WRITE_STAGE`.
+    registers); the row is read at :data:`~.schedule.READ_WORD_STAGE`, folded and written
+    back at :data:`~.schedule.FOLD_STAGE`, compared at :data:`~.schedule.COMPARE_STAGE`,
+    and the readout slice pushed into the response buffer at
+    :data:`~.schedule.PUSH_STAGE`.
     **Buffers**: ``buffer_depth`` slices of responses and of memory requests; the control
     plane admits requests only when every buffer has room (credits), so a push never finds
     a buffer full, and pops them in order with ``pop_response`` and ``pop_memory``.
     **Fan-out**: every field the lanes use is copied per group of ``group_lanes`` lanes;
-    the fold loop's fields (:data:`LOOP_LAYOUT`) and the comparisons' thresholds per pair of
-    line bits, the readout's codes per :data:`SELECT_BITS` line bits and the buffers'
-    head addresses per group, all kept through synthesis, so no control net reaches more
-    than one group.
+    the fold loop's ``from_last`` and the comparisons' thresholds per pair of
+    line bits, the row's choice (:data:`CHOICE_LAYOUT`, the forward word) per group, the
+    readout's codes per :data:`SELECT_BITS` line bits, all kept through synthesis, so no
+    control net reaches more than one group.
 
     The slot RAM's read port returns don't-care on a same-row write in the same cycle: the
-    tile never uses that data (it forwards), so synthesis needs no collision logic.
+    tile never uses that data (it forwards the sum three words ahead), so synthesis needs
+    no collision logic.
 
     Parameters
     ----------
@@ -91,7 +100,8 @@ class LaneTile(wiring.Component):
     fold_word : ``In(fold_word_layout(...))``
     late_word : ``In(late_word_layout())``
         From the control plane's registers, one per clock (all zero for no word); the late
-        word a cycle after the fold word.
+        word a cycle after the fold word. The forward word and the fold word's row choice
+        (:data:`CHOICE_LAYOUT`) go to a register per group, the rest to the tile's own.
     pop_response, pop_memory : ``In(1)``
         The response or memory request at the head of the buffers leaves this cycle.
     i_mem_data : ``In(tile_lanes)``
@@ -150,8 +160,9 @@ class LaneTile(wiring.Component):
         addends = self._addends(m, line, words)
         groups = [SimpleNamespace(index=g) for g in range(self.tile_lanes // self.group_lanes)]
         for group in groups:
-            self._forward(m, group, words, rows)
-            self._fold(m, group, words, rows, addends, line)
+            self._choose_row(m, group, rows)
+            self._fold(m, group, words, rows, addends)
+            self._compare(m, group, words, rows)
             self._readout(m, group, words)
         self._flags(m, groups, live)
         self._buffers(m, groups, words, line, live)
@@ -159,49 +170,53 @@ class LaneTile(wiring.Component):
 
     def _data_line(self, m):
         """The tile's slice of the request line, ``{stage: line}``, a free-running delay from
-        the transfer (cycle 0) to :data:`~.schedule.WRITE_STAGE`: the control plane knows
+        the transfer (cycle 0) to :data:`~.schedule.PUSH_STAGE`: the control plane knows
         which cycles carry a word."""
         line = {0: self.i_data}
-        for stage in range(1, WRITE_STAGE + 1):
+        for stage in range(1, PUSH_STAGE + 1):
             line[stage] = Signal(self.tile_lanes, name=f"line_{stage}", reset_less=True)
             m.d.sync += line[stage].eq(line[stage - 1])
         return line
 
     def _control_words(self, m):
-        """The tile's registers of the control words, and the copies that carry their fields
-        on: the row to the write-back, the buffers' fields to the buffers' push (the late
+        """The tile's registers of the control words, and the delays that carry their fields
+        on: the row to the write-back, the thresholds and the readout's fields to the
+        comparisons, the buffers' fields and the late word to the buffers' push (the late
         word comes a cycle after the fold word: the control plane registers the status before
-        it sends it across the die). The copies nearer the lanes hold only the fields their
-        stage reads: a copy of the whole word would keep registers that nothing reads."""
+        it sends it across the die). The forward word and the fold word's row choice have a
+        register per group instead (:meth:`_choose_row`). Each delay holds only the fields
+        its stage reads: a copy of the whole word would keep registers that nothing reads."""
         w = SimpleNamespace()
         w.read = Signal(self.read_word.shape(), name="tile_read_word", reset_less=True,
                         attrs=KEEP)
-        w.forward = Signal(self.forward_word.shape(), name="tile_forward_word",
-                           reset_less=True, attrs=KEEP)
         w.fold = Signal(self.fold_word.shape(), name="tile_fold_word", reset_less=True,
                         attrs=KEEP)
-        m.d.sync += [w.read.eq(self.read_word), w.forward.eq(self.forward_word),
-                     w.fold.eq(self.fold_word)]
+        m.d.sync += [w.read.eq(self.read_word), w.fold.eq(self.fold_word)]
         if self.saturates:
+            # The engines compare the row as it comes in, at the fold.
             w.threshold_layout, w.threshold_fields = _part(w.fold, "majority", "gate_less_one")
         else:
             w.threshold_layout = threshold_layout(self.counter_bits)
-            w.threshold_fields = pair_thresholds(w.fold)
-        w.readout_layout, w.readout_fields = _part(w.fold, "capture", "codes")
+            w.threshold_fields = _delay(m, "tile_thresholds", pair_thresholds(w.fold),
+                                        w.threshold_layout, FOLD_WORD_STAGE, COMPARE_STAGE - 1)
+        readout_layout, readout_fields = _part(w.fold, "capture", "codes")
+        w.readout_layout = readout_layout
+        w.readout_fields = _delay(m, "tile_readout", readout_fields, readout_layout,
+                                  FOLD_WORD_STAGE, COMPARE_STAGE - 1)
         buffer_layout, buffer_fields = _part(w.fold, "push_response", "push_memory",
                                              "memory_read")
+        w.pushes = _delay(m, "tile_pushes", buffer_fields, buffer_layout, FOLD_WORD_STAGE,
+                          PUSH_STAGE, keep_last=True)
         w.row_at = {READ_WORD_STAGE: w.read.row}
-        for stage in range(READ_WORD_STAGE + 1, WRITE_STAGE + 1):
+        for stage in range(READ_WORD_STAGE + 1, FOLD_STAGE + 1):
             w.row_at[stage] = Signal.like(w.read.row, name=f"row_{stage}", reset_less=True)
             m.d.sync += w.row_at[stage].eq(w.row_at[stage - 1])
-        pushes_folding = Signal(buffer_layout, name="tile_pushes_folding", reset_less=True)
-        w.pushes = Signal(buffer_layout, name="tile_pushes_writing", reset_less=True,
-                          attrs=KEEP)
-        m.d.sync += [pushes_folding.eq(buffer_fields), w.pushes.eq(pushes_folding)]
-        late_layout = self.late_word.shape()
-        w.late = Signal(late_layout, name="tile_late_word", reset_less=True, attrs=KEEP)
-        w.late_at_write = Signal(late_layout, name="tile_late_word_writing", reset_less=True)
-        m.d.sync += [w.late.eq(self.late_word), w.late_at_write.eq(w.late)]
+        # The late word's register is the block RAM's write enable, in the fold's cycle.
+        w.late = Signal(self.late_word.shape(), name="tile_late_word", reset_less=True,
+                        attrs=KEEP)
+        m.d.sync += w.late.eq(self.late_word)
+        w.late_at_push = _delay(m, "tile_late_word", w.late, self.late_word.shape(),
+                                FOLD_STAGE, PUSH_STAGE)
         return w
 
     def _settle(self, m):
@@ -210,11 +225,12 @@ class LaneTile(wiring.Component):
 
         The copies of the words carry no reset (it would reach every one of them). For the
         few cycles a word formed before a reset needs to leave the tile, nothing it does may
-        count: no buffer push, no flag. A row it writes is harmless, since the clearing sweep
-        that follows every reset rewrites each slot. The count runs until the last such
-        word's flags are out: the control plane's fold word clears only at the end of a
-        reset's first cycle, so after a one-cycle reset the tile still loads the word formed
-        before it once more, and its flags come out at FLAGS_STAGE."""
+        count: no buffer push, no flag. A row it writes is harmless: the clearing sweep that
+        follows every reset empties every slot's bitmap, and an empty slot has no row. The
+        count runs until the last such word's flags are out: the control plane's fold word
+        clears only at the end of a reset's first cycle, so after a one-cycle reset the tile
+        still loads the word formed before it once more, and its flags come out at
+        FLAGS_STAGE."""
         settle = Signal(range(FLAGS_STAGE - FOLD_WORD_STAGE + 2),
                         init=FLAGS_STAGE - FOLD_WORD_STAGE + 1, attrs=KEEP)
         with m.If(settle != 0):
@@ -223,10 +239,12 @@ class LaneTile(wiring.Component):
 
     def _slot_rows(self, m, words):
         """The slot RAM, read at :data:`~.schedule.READ_WORD_STAGE` into its output register
-        and written back at :data:`~.schedule.WRITE_STAGE`, and the fold's results kept for
-        forwarding: ``read`` (the block RAM's row), ``new`` (the fold's result), ``before``
-        and ``before_2`` (the results one and two words earlier), ``chosen`` (the forward
-        choice, a cycle before the fold), each a :func:`~.tile_row.row_layout`."""
+        and written with the fold's sum at :data:`~.schedule.FOLD_STAGE`, and the rows
+        around the fold, each a :func:`~.tile_row.row_layout`: ``read`` (the block RAM's
+        row), ``sum`` (the fold's, combinational), ``new`` (the sum registered: the fold
+        loop's, the comparisons' and the copy three words ahead's), ``ahead`` (the copies of
+        the sums two and three words ahead, by distance, each zeroed unless it is the row's)
+        and ``chosen`` (the row a cycle before the fold)."""
         layout = row_layout(tile_lanes=self.tile_lanes, group_lanes=self.group_lanes,
                             counter_bits=self.counter_bits)
         slots = memory.Memory(shape=unsigned(layout.size), depth=self.rows, init=[])
@@ -235,20 +253,51 @@ class LaneTile(wiring.Component):
         slots_wr = slots.write_port()
         rows = SimpleNamespace(
             read=Signal(layout, name="row_read", reset_less=True),
+            sum=Signal(layout, name="row_sum"),
             new=Signal(layout, name="row_new", reset_less=True),
-            before=Signal(layout, name="row_before", reset_less=True),
-            before_2=Signal(layout, name="row_before_2", reset_less=True),
+            ahead={distance: Signal(layout, name=f"row_{distance}_ahead", reset_less=True)
+                   for distance in FORWARD_DISTANCES},
             chosen=Signal(layout, name="row_chosen", reset_less=True))
         m.d.comb += [slots_rd.addr.eq(words.row_at[READ_WORD_STAGE]), slots_rd.en.eq(1)]
-        m.d.sync += [rows.read.eq(slots_rd.data), rows.before.eq(rows.new),
-                     rows.before_2.eq(rows.before)]
-        m.d.comb += [slots_wr.addr.eq(words.row_at[WRITE_STAGE]), slots_wr.data.eq(rows.new),
-                     slots_wr.en.eq(words.late_at_write.write_row)]
-        # The results in flight, by distance in words (the one a word ahead is the fold
-        # loop's own choice).
-        rows.ahead = {2: rows.new, 3: rows.before, 4: rows.before_2}
-        assert set(rows.ahead) == set(FORWARD_DISTANCES)
+        m.d.sync += [rows.read.eq(slots_rd.data), rows.new.eq(rows.sum)]
+        m.d.comb += [slots_wr.addr.eq(words.row_at[FOLD_STAGE]), slots_wr.data.eq(rows.sum),
+                     slots_wr.en.eq(words.late.write_row)]
+        # Where each copy is taken from as the forward word reaches the tile: the sum two
+        # words ahead is being folded, the one three ahead is registered.
+        rows.copied_from = {2: rows.sum, 3: rows.new}
+        assert set(rows.copied_from) == set(FORWARD_DISTANCES)
         return rows
+
+    def _choose_row(self, m, group, rows):
+        """The group's row, a cycle before the fold: the forward word keeps the copy of the
+        sum in flight it names and zeroes the other (as :data:`~.schedule.FORWARD_WORD_STAGE`
+        ends), and the fold word's ``from_ram`` zeroes the block RAM's row unless it is the
+        slot's; the row is then their OR, one LUT4 a bit, into a fabric register that
+        ``empty`` zeroes. The fold takes the previous word's sum or this row. The group's
+        registers of the two words are loaded from the control plane's copies: a tile-wide
+        register would be a hop too late."""
+        g = group.index
+        forward = Signal(self.forward_word.shape(), name=f"g{g}_forward_word",
+                         reset_less=True, attrs=KEEP)
+        choice = Signal(CHOICE_LAYOUT, name=f"g{g}_row_choice", reset_less=True, attrs=KEEP)
+        m.d.sync += [forward.eq(self.forward_word),
+                     choice.from_ram.eq(self.fold_word.from_ram),
+                     choice.empty.eq(self.fold_word.empty)]
+        for distance, source in FORWARD_DISTANCES.items():
+            # A copy's reset is one bit of the forward word (a bit a member of Source).
+            with m.If(forward.source[source.value.bit_length() - 1]):
+                m.d.sync += rows.ahead[distance][g].eq(rows.copied_from[distance][g])
+            with m.Else():
+                m.d.sync += rows.ahead[distance][g].eq(0)
+        ram_row = Value.cast(rows.read[g])
+        ram_row = ram_row & choice.from_ram.replicate(len(ram_row))
+        with m.If(choice.empty):
+            m.d.sync += rows.chosen[g].eq(0)
+        with m.Else():
+            row = ram_row
+            for distance in FORWARD_DISTANCES:
+                row = row | Value.cast(rows.ahead[distance][g])
+            m.d.sync += rows.chosen[g].eq(row)
 
     def _addends(self, m, line, words):
         """The line's votes and codes, masked a cycle before the fold: a lane of a route that
@@ -267,56 +316,41 @@ class LaneTile(wiring.Component):
                      codes.eq(line[FOLD_STAGE - 1] & fold_word.fold_gternary.replicate(T))]
         return SimpleNamespace(votes=votes, codes=codes)
 
-    def _forward(self, m, group, words, rows):
-        """Forwarding, at ``FOLD_STAGE - 1``: the group's copy of the forward word chooses
-        between the block RAM's row and the results two, three and four words ahead (one 4:1
-        choice, into a fabric register; two LUT4s a bit with ECP5 cells); the fold then takes
-        the previous word's result or that choice."""
-        g = group.index
-        forward = Signal(words.forward.shape(), name=f"g{g}_forward_word", reset_less=True,
-                         attrs=KEEP)
-        m.d.sync += forward.eq(words.forward)
-        choices = {Source.BLOCK_RAM: rows.read[g]}
-        choices.update({source: rows.ahead[distance][g]
-                        for distance, source in FORWARD_DISTANCES.items()})
-        m.d.sync += rows.chosen[g].eq(choose_of_four(
-            m, select=forward.source, cells=self.cells, name=f"g{g}_forward",
-            choices=[Value.cast(choice) for choice in in_encoding_order(choices)]))
-
-    def _fold(self, m, group, words, rows, addends, line):
+    def _fold(self, m, group, words, rows, addends):
         """The fold, at :data:`~.schedule.FOLD_STAGE`, pair by pair of line bits: the row
-        (the previous word's result or the forward choice) plus the addend, and the readout's
-        comparisons on the sum; then the group's flags, registered before they are ORed.
+        (the previous word's sum or the chosen row) plus the addend, into ``rows.sum``; then
+        the group's flags, registered before they are ORed.
 
-        The fold loop's controls have a copy per pair of line bits (one G-Ternary lane, two
-        G-Binary lanes), loaded from the tile's register: a handful of loads each. So do the
-        comparisons' thresholds, and each pair has its own comparison trees: they read the
-        fold's sum, and only the pair's own nets should pull their gates away from its carry
-        chain. Each pair is a :class:`~.pair_fold.PairFold`, or where a lane can fill the
-        route engines (:meth:`_fold_by_engines`). Sets ``group.row`` (the rows the pairs
-        folded) and ``group.tests``."""
+        The fold loop's ``from_last`` has a copy per pair of line bits (one G-Ternary lane, two
+        G-Binary lanes), loaded from the tile's register: a handful of loads each. Each pair
+        is a :class:`~.pair_fold.PairFold`, or where a lane can fill the route engines
+        (:meth:`_fold_by_engines`), whose readout tests are registered here for the
+        comparisons' stage. Sets ``group.engine_tests`` where the engines fold."""
         g, G = group.index, self.group_lanes
-        group.tests = tests = []   # per pair: the readout's comparisons and the lanes' flags
-        row_in = []
+        group.engine_tests = []   # per pair, where the engines fold
+        flag_tests = []           # per pair: the lanes' flags
         for pair in range(G // 2):
-            control = Signal(LOOP_LAYOUT, name=f"g{g}_p{pair}_loop", reset_less=True,
-                             attrs=KEEP)
-            thresholds = Signal(words.threshold_layout, name=f"g{g}_p{pair}_thresholds",
-                                reset_less=True, attrs=KEEP)
-            m.d.sync += [control.from_last.eq(words.fold.from_last),
-                         control.clear.eq(words.fold.clear),
-                         thresholds.eq(words.threshold_fields)]
+            from_last = Signal(name=f"g{g}_p{pair}_from_last", reset_less=True, attrs=KEEP)
+            m.d.sync += from_last.eq(words.fold.from_last)
             last, chosen = rows.new[g][pair].as_value(), rows.chosen[g][pair].as_value()
             name = f"g{g}_p{pair}_fold"
             if self.saturates:
+                thresholds = Signal(words.threshold_layout, name=f"g{g}_p{pair}_thresholds",
+                                    reset_less=True, attrs=KEEP)
+                m.d.sync += thresholds.eq(words.threshold_fields)
                 line_bits = slice(g * G + 2 * pair, g * G + 2 * pair + 2)
-                row = Mux(control.from_last, last, chosen)
                 result, pair_tests = self._fold_by_engines(
-                    m, name, row, addends.votes[line_bits], addends.codes[line_bits],
-                    thresholds)
+                    m, name, Mux(from_last, last, chosen), addends.votes[line_bits],
+                    addends.codes[line_bits], thresholds)
+                registered = {}
+                for field in ("sign", "tie", "positive", "negative"):
+                    registered[field] = Signal.like(pair_tests[field],
+                                                    name=f"g{g}_p{pair}_{field}",
+                                                    reset_less=True)
+                    m.d.sync += registered[field].eq(pair_tests[field])
+                group.engine_tests.append(registered)
+                flag_tests.append(pair_tests)
             else:
-                # A word that is not a write adds 0, so for a readout the sum is the row it
-                # read: the readout keeps and compares the sum.
                 fold = m.submodules[name] = PairFold(
                     max_workers=self.max_workers, counter_bits=self.counter_bits,
                     cells=self.cells)
@@ -324,41 +358,56 @@ class LaneTile(wiring.Component):
                 m.d.comb += [fold.addend_low.eq(addends.low[lane]),
                              fold.addend_sign.eq(addends.sign[lane]),
                              fold.addend_high.eq(addends.high[lane]),
-                             fold.from_last.eq(control.from_last), fold.last.eq(last),
-                             fold.chosen.eq(chosen), fold.thresholds.eq(thresholds)]
-                row = result = fold.sum
-                # No lane fills: the engines fold where one could.
-                pair_tests = {"sign": fold.sign, "tie": fold.tie, "positive": fold.positive,
-                              "negative": fold.negative, "saturated": Const(0, 3)}
-            row_in.append(row)
-            tests.append(pair_tests)
-            # A clear is the flip-flops' synchronous reset, not a mux level in the loop.
-            with m.If(control.clear):
-                m.d.sync += rows.new[g][pair].eq(0)
-            with m.Else():
-                m.d.sync += rows.new[g][pair].eq(result)
-        group.row = Cat(row_in)
+                             fold.from_last.eq(from_last), fold.last.eq(last),
+                             fold.chosen.eq(chosen)]
+                result = fold.sum
+            m.d.comb += rows.sum[g][pair].eq(result)
 
-        # The lanes' flags are registered before they are ORed, off the fold's path.
-        saturated = Signal(len(_joined(tests, "saturated")), name=f"g{g}_saturated",
-                           reset_less=True)
-        # Invalid codes: the engines test the codes they fold; otherwise the group's tests
-        # were made with the addends, a cycle earlier.
-        invalid_codes = _joined(tests, "invalid") if self.saturates else addends.invalid[g]
+        # The lanes' flags are registered before they are ORed, off the fold's path. No
+        # lane fills where the pairs fold; invalid codes were tested with the addends, a
+        # cycle earlier, unless the engines test the codes they fold.
+        if self.saturates:
+            saturated_tests = _joined(flag_tests, "saturated")
+            invalid_codes = _joined(flag_tests, "invalid")
+        else:
+            saturated_tests, invalid_codes = Const(0, 1), addends.invalid[g]
+        saturated = Signal(len(saturated_tests), name=f"g{g}_saturated", reset_less=True)
         invalid = Signal(len(invalid_codes), name=f"g{g}_invalid", reset_less=True)
-        m.d.sync += [saturated.eq(_joined(tests, "saturated")), invalid.eq(invalid_codes)]
+        m.d.sync += [saturated.eq(saturated_tests), invalid.eq(invalid_codes)]
         group.flags = Signal(2, name=f"g{g}_flags")  # saturated, invalid
         m.d.sync += group.flags.eq(Cat(saturated.any(), invalid.any()))
 
-    def _readout(self, m, group, words):
-        """The readout, at ``WRITE_STAGE``: the beat's line of the group's kept row. Sets
-        ``group.line``.
+    def _compare(self, m, group, words, rows):
+        """The readout's comparisons with the majority and the gate, at
+        :data:`~.schedule.COMPARE_STAGE`, on the registered sum (``rows.new``): each pair's
+        :class:`~.pair_fold.PairCompare`, with its own copy of the thresholds, so that only
+        the pair's own nets pull its gates. A word that is not a write adds 0, so for a
+        readout the sum is the row it read. Where the engines fold, their tests, registered,
+        stand in. Sets ``group.row`` (the group's sums) and ``group.tests``."""
+        g, G = group.index, self.group_lanes
+        group.row = Value.cast(rows.new[g])
+        if self.saturates:
+            group.tests = group.engine_tests
+            return
+        group.tests = []
+        for pair in range(G // 2):
+            thresholds = Signal(words.threshold_layout, name=f"g{g}_p{pair}_thresholds",
+                                reset_less=True, attrs=KEEP)
+            m.d.sync += thresholds.eq(words.threshold_fields)
+            compare = m.submodules[f"g{g}_p{pair}_compare"] = PairCompare(
+                max_workers=self.max_workers, counter_bits=self.counter_bits, cells=self.cells)
+            m.d.comb += [compare.row.eq(rows.new[g][pair]), compare.thresholds.eq(thresholds)]
+            group.tests.append({"sign": compare.sign, "tie": compare.tie,
+                                "positive": compare.positive, "negative": compare.negative})
 
-        The comparisons with the majority and the gate are made as the row is folded (by the
-        pair's trees of kept gates, or where a lane can fill by the route engines, on the
-        same row) and kept with the row; the next cycle only chooses the beat's line among
-        the kept bits, by a code registered a cycle ahead. The lines that join two
-        comparisons (not a tie, the gated codes) are formed there, off the fold cycle.
+    def _readout(self, m, group, words):
+        """The readout, at :data:`~.schedule.PUSH_STAGE`: the beat's line of the group's
+        kept row. Sets ``group.line``.
+
+        The comparisons with the majority and the gate (:meth:`_compare`) are kept with the
+        sum they compared; the next cycle only chooses the beat's line among the kept bits,
+        by a code registered a cycle ahead. The lines that join two comparisons (not a tie,
+        the gated codes) are formed there, off the comparisons' cycle.
 
         Each line bit chooses among its own distinct kept bits (a G-Ternary sum's bits are
         counter bits of the same row, so two readouts' lines often read one bit): eight for
@@ -409,7 +458,7 @@ class LaneTile(wiring.Component):
 
     def _buffers(self, m, groups, words, line, live):
         """The tile's slices of the response and memory-request buffers, pushed at
-        :data:`~.schedule.WRITE_STAGE`, and the slices at their heads on the outputs.
+        :data:`~.schedule.PUSH_STAGE`, and the slices at their heads on the outputs.
 
         Each response entry keeps whether it is a memory read's and whether it is a zero
         line, so the choice of the head's line is made here (a LUT4 a bit), not by a net
@@ -417,14 +466,14 @@ class LaneTile(wiring.Component):
         flags: the group's line bits choose by flags read beside them, not by one LUT RAM
         output reaching the whole tile's output choices."""
         G = self.group_lanes
-        entry_flags = Cat(words.pushes.memory_read, words.late_at_write.quiet)
+        entry_flags = Cat(words.pushes.memory_read, words.late_at_push.quiet)
         response_heads = _ring(m, "responses", depth=self.buffer_depth,
                                push=live & words.pushes.push_response, pop=self.pop_response,
                                parts=_response_parts([group.line for group in groups],
                                                      entry_flags, G))
         memory_heads = _ring(m, "requests", depth=self.buffer_depth,
                              push=live & words.pushes.push_memory, pop=self.pop_memory,
-                             parts=[line[WRITE_STAGE][group.index * G:(group.index + 1) * G]
+                             parts=[line[PUSH_STAGE][group.index * G:(group.index + 1) * G]
                                     for group in groups])
         head_lines = []
         for g, (group_line, flags) in enumerate(_response_slices(response_heads, G)):
@@ -600,6 +649,18 @@ def _ring(m, name, *, depth, push, parts, pop):
                      read.addr.eq(head)]
         entries.append(read.data)
     return entries
+
+
+def _delay(m, name, value, layout, stage, to_stage, *, keep_last=False):
+    """``value`` (of ``layout``), in its stage ``stage``, delayed by registers named
+    ``<name>_<stage>`` to ``to_stage``; the last one kept through synthesis if
+    ``keep_last``."""
+    for later in range(stage + 1, to_stage + 1):
+        delayed = Signal(layout, name=f"{name}_{later}", reset_less=True,
+                         attrs=KEEP if keep_last and later == to_stage else None)
+        m.d.sync += delayed.eq(value)
+        value = delayed
+    return value
 
 
 def _part(word, *names):

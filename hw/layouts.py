@@ -8,8 +8,7 @@ which is :class:`~amaranth.lib.data.ArrayLayout` order and the order of
 :mod:`neuron_fabric.golden.formats`, so hardware and golden model cannot disagree on them.
 Enumerations (``Op``, ``Status``, ``Route``, ``Readout``) are used as shapes as they are:
 Amaranth infers their width from their members, so a field always holds every member; a value
-built from answers (:func:`encoded`) or a choice indexed by a member (:func:`in_encoding_order`)
-follows the members' values.
+built from answers (:func:`encoded`) follows the members' values.
 """
 
 from amaranth.hdl import C, Cat, Value, signed, unsigned
@@ -27,7 +26,7 @@ __all__ = [
     "readout_lines", "max_readout_lines", "bit_planes",
     "check_hw_max_workers", "check_engine_line_bits", "lanes_saturate", "ternary_code",
     "request_layout", "response_layout", "mem_request_layout",
-    "CSRBusSignature", "encoded", "in_encoding_order",
+    "CSRBusSignature", "encoded",
 ]
 
 
@@ -205,20 +204,3 @@ def encoded(answers, *, none):
                   if member.value >> bit & 1]
         bits.append(Cat(chosen).any() if len(chosen) > 1 else chosen[0] if chosen else C(0, 1))
     return Cat(bits)
-
-
-def in_encoding_order(choices):
-    """The values of ``choices`` (``{member: value}``, every member of one enumeration)
-    in the order of the members' encodings, for a choice indexed by the encoding.
-
-    Raises ``ValueError`` unless ``choices`` names every member of the enumeration once and
-    the members are encoded 0, 1, 2, ...
-    """
-    members = list(choices)
-    enum = type(members[0])
-    if set(members) != set(enum) or sorted(member.value for member in enum) != list(
-            range(len(enum))):
-        raise ValueError(f"choices must name every member of {enum.__name__}, encoded 0 to "
-                         f"{len(enum) - 1}, not {members!r}")
-    return [choices[member] for member in sorted(enum, key=lambda member: member.value)]
-

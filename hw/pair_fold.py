@@ -4,10 +4,11 @@ of lanes").
 This is the lane tiles' datapath wherever no lane can fill (counters of the default width).
 A pair of line bits is two G-Binary lanes or one G-Ternary lane, and either way its slot row
 is ``2C`` bits: two ``C``-bit counters side by side, or one ``2C``-bit two's complement sum.
-So either route's fold is the row plus an addend, one carry chain, and the readout's
-comparisons are three trees on the sum that serve both routes. The route engines
-(:mod:`.sign_count`, :mod:`.ternary_gate`) say the same arithmetic a route at a time, with
-saturation; the tiles use them where a lane can fill.
+So either route's fold is the row plus an addend, one carry chain (:class:`PairFold`), and
+the readout's comparisons are three trees on the registered sum that serve both routes
+(:class:`PairCompare`). The route engines (:mod:`.sign_count`, :mod:`.ternary_gate`) say
+the same arithmetic a route at a time, with saturation; the tiles use them where a lane can
+fill.
 """
 
 from amaranth.hdl import Cat, Const, Module
@@ -19,7 +20,7 @@ from .lane_logic import joined_equal, joined_greater, kept, kept_compare
 from .layouts import check_hw_max_workers, lanes_saturate
 from .row_cells import check_cells, choose_and_add, gate
 
-__all__ = ["PairFold", "threshold_layout", "pair_thresholds", "pair_addend", "plus_test",
+__all__ = ["PairFold", "PairCompare", "threshold_layout", "pair_thresholds", "pair_addend", "plus_test",
            "lanes_can_fill"]
 
 
@@ -64,8 +65,60 @@ def plus_test(sign, greater, equal, lower):
 
 
 class PairFold(wiring.Component):
-    """``sum = (from_last ? last : chosen) + pair_addend(...)``, and the readout's
-    comparisons on ``sum``, combinationally.
+    """``sum = (from_last ? last : chosen) + pair_addend(...)``, combinationally.
+
+    Parameters
+    ----------
+    max_workers : int
+        Largest NUM_WORKERS (2 to 64).
+    counter_bits : int or None
+        Counter width; None gives ``ceil(log2(max_workers + 1))``. No lane may be able to
+        fill (:func:`lanes_can_fill`).
+    cells : None or "ecp5"
+        What the adder is built from (:mod:`.row_cells`).
+
+    Members
+    -------
+    addend_low, addend_sign, addend_high : ``In(1)``
+        The addend's bits (:func:`pair_addend`); a -1 sets all three.
+    from_last : ``In(1)``
+        1: fold onto ``last`` (the previous word's sum), 0: onto ``chosen``.
+    last, chosen : ``In(2 * counter_bits)``
+    sum : ``Out(2 * counter_bits)``
+
+    Raises
+    ------
+    TypeError, ValueError
+        On a parameter of the wrong type or out of range, or counters that can fill.
+    """
+
+    def __init__(self, *, max_workers=16, counter_bits=None, cells=None):
+        self.max_workers, self.counter_bits = _check_pair(max_workers, counter_bits)
+        self.cells = check_cells(cells)
+        row = 2 * self.counter_bits
+        super().__init__({
+            "addend_low": In(1),
+            "addend_sign": In(1),
+            "addend_high": In(1),
+            "from_last": In(1),
+            "last": In(row),
+            "chosen": In(row),
+            "sum": Out(row),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        addend = pair_addend(self.addend_low, self.addend_sign, self.addend_high,
+                             self.counter_bits)
+        m.d.comb += self.sum.eq(choose_and_add(m, addend=addend, from_last=self.from_last,
+                                               last=self.last, chosen=self.chosen,
+                                               cells=self.cells, name="fold"))
+        return m
+
+
+class PairCompare(wiring.Component):
+    """The readout's comparisons on a pair's row, combinationally: the tile gives it the
+    registered sum, a cycle after the fold, so no comparison sits after the carry chain.
 
     The comparisons answer for the route the readout uses; the other route's answers are
     don't-care. The low ``C`` bits are the low G-Binary counter and the G-Ternary sum's low
@@ -79,52 +132,25 @@ class PairFold(wiring.Component):
 
     Parameters
     ----------
-    max_workers : int
-        Largest NUM_WORKERS (2 to 64).
-    counter_bits : int or None
-        Counter width; None gives ``ceil(log2(max_workers + 1))``. No lane may be able to
-        fill (:func:`lanes_can_fill`).
-    cells : None or "ecp5"
-        What the adder and the ``+1`` gate are built from (:mod:`.row_cells`).
+    max_workers, counter_bits, cells
+        As :class:`PairFold`'s (``cells`` builds the ``+1`` gate).
 
     Members
     -------
-    addend_low, addend_sign, addend_high : ``In(1)``
-        The addend's bits (:func:`pair_addend`); a -1 sets all three.
-    from_last : ``In(1)``
-        1: fold onto ``last`` (the previous word's result), 0: onto ``chosen``.
-    last, chosen : ``In(2 * counter_bits)``
+    row : ``In(2 * counter_bits)``
     thresholds : ``In(threshold_layout(counter_bits))``
-    sum : ``Out(2 * counter_bits)``
     sign, tie : ``Out(2)``
         A bit per G-Binary lane: ``2n > N``, ``2n == N``.
     positive, negative : ``Out(1)``
         The G-Ternary lane's ``GATED`` code: ``|S| >= GATE`` with ``S`` positive, negative.
-
-    Raises
-    ------
-    TypeError, ValueError
-        On a parameter of the wrong type or out of range, or counters that can fill.
     """
 
     def __init__(self, *, max_workers=16, counter_bits=None, cells=None):
-        self.max_workers = check_hw_max_workers(max_workers)
-        self.counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+        self.max_workers, self.counter_bits = _check_pair(max_workers, counter_bits)
         self.cells = check_cells(cells)
-        if lanes_can_fill(max_workers=self.max_workers, counter_bits=self.counter_bits):
-            raise ValueError(f"counter_bits must hold {max_workers} workers' votes and sums "
-                             f"in a pair fold (the route engines fold counters that can "
-                             f"fill), not {counter_bits!r}")
-        row = 2 * self.counter_bits
         super().__init__({
-            "addend_low": In(1),
-            "addend_sign": In(1),
-            "addend_high": In(1),
-            "from_last": In(1),
-            "last": In(row),
-            "chosen": In(row),
+            "row": In(2 * self.counter_bits),
             "thresholds": In(threshold_layout(self.counter_bits)),
-            "sum": Out(row),
             "sign": Out(2),
             "tie": Out(2),
             "positive": Out(1),
@@ -133,19 +159,14 @@ class PairFold(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        C = self.counter_bits
-        addend = pair_addend(self.addend_low, self.addend_sign, self.addend_high, C)
-        total = choose_and_add(m, addend=addend, from_last=self.from_last, last=self.last,
-                               chosen=self.chosen, cells=self.cells, name="fold")
-        m.d.comb += self.sum.eq(total)
-
-        low, high, sign = total[:C], total[C:2 * C], total[C]
+        C, row = self.counter_bits, self.row
+        low, high, sign = row[:C], row[C:2 * C], row[C]
         top, threshold, odd = high[C - 1], self.thresholds.low, self.thresholds.odd
         first = kept_compare(m, low, threshold, "low")
         second = kept_compare(m, high[:C - 1], threshold[:C - 1], "high")
         within = kept_compare(m, low, ~threshold, "within", equal=False)
         # The +1 is the low tree's root with the sum's sign as a fourth input: left to
-        # synthesis, it read the kept low sign, a level more after the carry chain.
+        # synthesis, it read the kept low sign, a level more after the tree.
         (greater, equal), *rest = first
         positive = gate(m, plus_test, [sign, greater, equal, rest[0][0] if rest else Const(0, 1)],
                         cells=self.cells, name="positive")
@@ -158,3 +179,15 @@ class PairFold(wiring.Component):
             self.negative.eq(kept(m, sign & ~joined_greater(within), "negative")),
         ]
         return m
+
+
+def _check_pair(max_workers, counter_bits):
+    """``(max_workers, counter_bits)`` validated for a pair of line bits whose lanes cannot
+    fill."""
+    max_workers = check_hw_max_workers(max_workers)
+    counter_bits = check_counter_bits(counter_bits, max_workers=max_workers)
+    if lanes_can_fill(max_workers=max_workers, counter_bits=counter_bits):
+        raise ValueError(f"counter_bits must hold {max_workers} workers' votes and sums "
+                         f"in a pair fold (the route engines fold counters that can "
+                         f"fill), not {counter_bits!r}")
+    return max_workers, counter_bits

@@ -1,5 +1,5 @@
-"""The lane tile's row logic, generic or from ECP5 cells: the fold adder, the forwarding choice
-and the readout's choice.
+"""The lane tile's row logic, generic or from ECP5 cells: the fold adder and the readout's
+choice.
 
 A tile folds each pair of line bits with ``(from_last ? last : chosen) + addend``: the
 previous word's result or the row chosen a cycle earlier, plus the line's votes or code
@@ -14,12 +14,9 @@ its carry out is the LUT4's value with inputs C and D at 0. With the addend bit 
 chosen row bit, and with C and D at 0 the addend: what the carry out must be where the
 addend and the row bit are equal. The choice costs no LUT4 of its own.
 
-The row the fold takes when it does not take the previous word's is chosen a cycle earlier
-among four (the block RAM's, or a result two, three or four words ahead): a 4:1 choice,
-six inputs a bit. As a tree of 2:1 choices that is three LUT4s a bit, and synthesis does no
-better on its own. With ECP5 cells it is two LUT4 instances a bit: the first gives the low
-select bit itself where the high one is set, and otherwise the choice among the first two
-rows; the second needs only the high select bit, that answer and the last two rows.
+The row the fold takes when it does not take the previous word's is chosen a cycle earlier,
+as an OR of rows that are zero unless chosen (``LaneTile``): one LUT4 a bit, which synthesis
+finds on its own.
 
 A readout line's bit is one of eight or ten of its lane's kept bits, named by a code the
 tile registers a cycle ahead (``choose_by_code``): pairs of bits are chosen by the code's
@@ -37,8 +34,8 @@ from amaranth.lib.wiring import In, Out
 from ..golden.validate import check_int
 from .lane_logic import kept
 
-__all__ = ["FoldAdder", "ForwardChoice", "CodeChoice", "choose_and_add", "choose_of_four",
-           "choose_by_code", "code_bits", "gate", "CELLS", "check_cells"]
+__all__ = ["FoldAdder", "CodeChoice", "choose_and_add", "choose_by_code", "code_bits", "gate",
+           "CELLS", "check_cells"]
 
 #: What a tile's fold adders may be built from: ``None`` (generic logic) or ``"ecp5"``.
 CELLS = (None, "ecp5")
@@ -61,18 +58,6 @@ def _lut_init(function):
 def _choose_and_add_init():
     """A carry cell's LUT4 for ``A ^ (B ? C : D)``: the addend XOR the chosen row bit."""
     return _lut_init(lambda a, b, c, d: a ^ (c if b else d))
-
-
-def _first_of_four_init():
-    """The first LUT4 of a 4:1 choice: ``B ? A : (A ? D : C)`` (A, B the select's low and
-    high bits; C, D the first two choices)."""
-    return _lut_init(lambda a, b, c, d: a if b else (d if a else c))
-
-
-def _second_of_four_init():
-    """The second LUT4: ``B ? (A ? D : C) : A`` (A the first's answer, B the select's high
-    bit; C, D the last two choices)."""
-    return _lut_init(lambda a, b, c, d: (d if a else c) if b else a)
 
 
 def _check_width(width, cells):
@@ -105,29 +90,6 @@ def choose_and_add(m, *, addend, from_last, last, chosen, cells, name):
             i_CIN=carry, o_COUT=carry_out, **bits)
         carry = carry_out
     return total
-
-
-def choose_of_four(m, *, select, choices, cells, name):
-    """``choices[select]`` (``select`` two bits, four ``choices`` of one width), built in
-    ``m`` from ``cells`` (its ECP5 cells are named ``<name>_first_<k>``, ``<name>_second_<k>``)."""
-    first, second, third, fourth = choices
-    widths = [len(choice) for choice in choices]
-    if len(set(widths)) != 1 or len(select) != 2:
-        raise ValueError(f"choose_of_four needs a two-bit select and four choices of one "
-                         f"width, not a {len(select)}-bit select and widths {widths}")
-    width = widths[0]
-    if check_cells(cells) is None:
-        return Mux(select[1], Mux(select[0], fourth, third), Mux(select[0], second, first))
-    chosen = Signal(width, name=f"{name}_chosen")
-    for bit in range(width):
-        inner = Signal(name=f"{name}_inner_{bit}")
-        m.submodules[f"{name}_first_{bit}"] = Instance(
-            "LUT4", p_INIT=C(_first_of_four_init(), 16), i_A=select[0], i_B=select[1],
-            i_C=first[bit], i_D=second[bit], o_Z=inner)
-        m.submodules[f"{name}_second_{bit}"] = Instance(
-            "LUT4", p_INIT=C(_second_of_four_init(), 16), i_A=inner, i_B=select[1],
-            i_C=third[bit], i_D=fourth[bit], o_Z=chosen[bit])
-    return chosen
 
 
 def gate(m, function, inputs, *, cells, name):
@@ -271,36 +233,4 @@ class CodeChoice(wiring.Component):
         m = Module()
         m.d.comb += self.chosen.eq(choose_by_code(
             m, code=self.code, sources=list(self.sources), cells=self.cells, name="choice"))
-        return m
-
-
-class ForwardChoice(wiring.Component):
-    """``chosen = choices[select]``, combinationally (:func:`choose_of_four` as a component
-    of its own).
-
-    Parameters
-    ----------
-    width : int
-    cells : None or "ecp5"
-
-    Members
-    -------
-    select : ``In(2)``
-    first, second, third, fourth : ``In(width)``
-    chosen : ``Out(width)``
-    """
-
-    def __init__(self, width, *, cells=None):
-        self.cells = check_cells(cells)
-        self.width = check_int("width", width, low=1)
-        super().__init__({
-            "select": In(2), "first": In(width), "second": In(width), "third": In(width),
-            "fourth": In(width), "chosen": Out(width),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        m.d.comb += self.chosen.eq(choose_of_four(
-            m, select=self.select, choices=[self.first, self.second, self.third, self.fourth],
-            cells=self.cells, name="forward"))
         return m

@@ -22,7 +22,8 @@ from .tile_row import readout_code_bits
 
 __all__ = ["CLAIM_STAGE", "WINDOW_STAGE", "WORD_STAGE", "STATUS_STAGE", "WRITE_BACK_STAGE",
            "BUFFER_STAGE", "READ_WORD_STAGE", "FORWARD_WORD_STAGE", "FOLD_WORD_STAGE",
-           "FOLD_STAGE", "LATE_WORD_STAGE", "WRITE_STAGE", "RESPONSE_STAGE", "FLAGS_STAGE",
+           "FOLD_STAGE", "LATE_WORD_STAGE", "COMPARE_STAGE", "PUSH_STAGE", "RESPONSE_STAGE",
+           "FLAGS_STAGE",
            "LATENCY", "Source", "FORWARD_DISTANCES", "BITMAP_DISTANCES", "WORD_HOPS", "Word",
            "WORDS",
            "read_word_layout", "forward_word_layout", "fold_word_layout", "late_word_layout",
@@ -34,16 +35,17 @@ WINDOW_STAGE = 1      #: the window is chosen from the claims; its row is known
 WORD_STAGE = 2        #: the word is formed; the rows of the writes in flight are compared
 STATUS_STAGE = 3      #: the status is decided from the row's contribution bitmap
 WRITE_BACK_STAGE = 4  #: the bitmap is written back; flags and counters count the word
-BUFFER_STAGE = 6      #: the response's and memory request's narrow parts enter the buffers
+BUFFER_STAGE = 7      #: the response's and memory request's narrow parts enter the buffers
 
 # ---------------------------------------------------------------- the tiles' stages
 READ_WORD_STAGE = 3     #: the read word is in the tile's register; the slot row is read
 FORWARD_WORD_STAGE = 4  #: the forward word is in the tile's register
-FOLD_WORD_STAGE = 5     #: the fold word is in the tile's register
-FOLD_STAGE = 6          #: the lane groups fold (their copies of the fold word are loaded)
+FOLD_WORD_STAGE = 5     #: the fold word is in the tile's register; the row is chosen
+FOLD_STAGE = 6          #: the lane groups fold; the sum is written to the block RAM
 LATE_WORD_STAGE = 6     #: the late word (what the status decides) is in the tile's register
-WRITE_STAGE = 7         #: the row is written back and the buffers take the tile's slices
-RESPONSE_STAGE = 8      #: the response is at the buffers' heads, on ``o_resp``
+COMPARE_STAGE = 7       #: the registered sum is compared with the majority and the gate
+PUSH_STAGE = 8          #: the buffers take the tile's slices (the beat's line, chosen)
+RESPONSE_STAGE = 9      #: the response is at the buffers' heads, on ``o_resp``
 FLAGS_STAGE = 9         #: the fold's flags leave the tile (registered per lane, group, tile)
 
 #: Cycles from a request's transfer to its first response beat when nothing stalls.
@@ -52,41 +54,47 @@ LATENCY = RESPONSE_STAGE
 # The block RAM's row passes its output register (READ_WORD_STAGE + 2) and one fabric register
 # before the fold, so no block RAM output sits on the fold's path.
 assert READ_WORD_STAGE + 3 == FOLD_STAGE and FORWARD_WORD_STAGE + 2 == FOLD_STAGE
-# The late word's fields are used at the write-back and the response ring's push (the cycle
-# after the fold), so it can leave the control plane a cycle after the fold word.
-assert LATE_WORD_STAGE == FOLD_WORD_STAGE + 1 == FOLD_STAGE == WRITE_STAGE - 1
+# The fold word chooses the row a cycle before the fold; the late word is the block RAM's
+# write enable in the fold's cycle (the sum goes to the block RAM unregistered).
+assert FOLD_WORD_STAGE + 1 == FOLD_STAGE == LATE_WORD_STAGE
+# The comparisons read the registered sum, off the fold's carry chain.
+assert COMPARE_STAGE == FOLD_STAGE + 1 and PUSH_STAGE == COMPARE_STAGE + 1
 # The buffers' heads are registered: the control plane's entry goes in a cycle before the
 # tiles' slices, and both answer the cycle after the tiles' push.
-assert BUFFER_STAGE == WRITE_STAGE - 1 and RESPONSE_STAGE == WRITE_STAGE + 1
+assert BUFFER_STAGE == PUSH_STAGE - 1 and RESPONSE_STAGE == PUSH_STAGE + 1
 # A word's flags come back three registers after its fold (per lane, per group, per tile).
 assert FLAGS_STAGE == FOLD_STAGE + 3
 
 
 class Source(enum.Enum, shape=2):
-    """Where a word's row comes from when the block RAM's copy may be stale.
+    """Which result in flight a word's row is copied from, a cycle before the row is chosen.
 
-    A word reads its row at :data:`READ_WORD_STAGE` and the block RAM holds a write from
-    the cycle after :data:`WRITE_STAGE`, so the results of writes two, three and four
-    words ahead are still in flight (one word ahead is the fold word's ``from_last``).
-    Each member but ``BLOCK_RAM`` is named by its distance (:data:`FORWARD_DISTANCES`).
+    A word reads its row at :data:`READ_WORD_STAGE`, and the block RAM holds a fold's sum
+    from the cycle after :data:`FOLD_STAGE`, so the sums of the writes one, two and three
+    words ahead are still in flight. One word ahead is the fold loop's own choice
+    (``from_last``); two and three ahead are copied into registers of their own, each
+    zeroed unless this member names it, so that the row is chosen by an OR (the fold
+    word's ``from_ram`` zeroes the block RAM's). A bit a member, so each copy's reset is one
+    bit of the word.
     """
-    BLOCK_RAM = 0
+    NONE = 0
     TWO_AHEAD = 1
     THREE_AHEAD = 2
-    FOUR_AHEAD = 3
 
 
-#: The forward choice's sources in flight, by distance in words: the nearest first, the order
-#: in which the control plane picks among them. One word ahead is the fold loop's own choice.
-FORWARD_DISTANCES = {2: Source.TWO_AHEAD, 3: Source.THREE_AHEAD, 4: Source.FOUR_AHEAD}
-assert list(FORWARD_DISTANCES) == list(range(2, WRITE_STAGE - READ_WORD_STAGE + 1))
-assert set(FORWARD_DISTANCES.values()) | {Source.BLOCK_RAM} == set(Source)
+#: The results in flight that a word's row may be copied from, by distance in words, the
+#: nearest first. One word ahead is the fold loop's own choice.
+FORWARD_DISTANCES = {2: Source.TWO_AHEAD, 3: Source.THREE_AHEAD}
+assert list(FORWARD_DISTANCES) == list(range(2, FOLD_STAGE - READ_WORD_STAGE + 1))
+assert set(FORWARD_DISTANCES.values()) | {Source.NONE} == set(Source)
 
 #: The contribution bitmaps' writes in flight at the status stage, by distance in words: a
 #: word reads its bitmap at :data:`WINDOW_STAGE` (its block RAM's output registered once
-#: more) and the bitmaps are written back at :data:`WRITE_BACK_STAGE`.
+#: more) and the bitmaps are written back at :data:`WRITE_BACK_STAGE`. They are the tiles'
+#: distances too: what a word's bitmap does not yet show, its row does not either.
 BITMAP_DISTANCES = tuple(range(1, WRITE_BACK_STAGE - WINDOW_STAGE + 1))
 assert STATUS_STAGE == WINDOW_STAGE + 2
+assert BITMAP_DISTANCES == tuple(range(1, FOLD_STAGE - READ_WORD_STAGE + 1))
 
 
 def read_word_layout(rows):
@@ -95,18 +103,25 @@ def read_word_layout(rows):
 
 
 def forward_word_layout():
-    """Where the row read comes from: the block RAM, or a write still in flight."""
+    """Which sum in flight the row is copied from (:class:`Source`), if any."""
     # A plain field, not an enum view: Yosys does not see a register's keep through the
     # view's named alias, and would merge every group's copy.
     return data.StructLayout({"source": unsigned(Shape.cast(Source).width)})
 
 
 def fold_word_layout(*, max_workers, counter_bits):
-    """What a tile does with the row: fold, clear, read out, buffer.
+    """What a tile does with the row: choose it, fold, read out, buffer.
 
-    Nothing in it waits on the request's status (whether a write is accepted, a slot
-    complete): a word folds or clears its row as if it will be written back, and the late
-    word (:func:`late_word_layout`) says a cycle later whether it is. The readout's
+    The row is the previous word's sum (``from_last``), or else the OR of the block RAM's
+    row (where ``from_ram``) and the copies the forward word kept, which are zero unless
+    the nearest write in flight to the row is theirs; ``empty`` zeroes it all: the nearest
+    write in flight emptied the slot (a READ_CLEAR, a row of the clearing sweep). A slot
+    whose bitmap is empty has no row: the tiles never clear one, and the first write of a
+    slot's lifetime folds onto zero (``from_ram`` is 0).
+
+    Nothing else in it waits on the request's status (whether a write is accepted, a slot
+    complete): a word folds as if its sum will be written back, and the late word
+    (:func:`late_word_layout`) says a cycle later whether it is. The readout's
     thresholds arrive computed (``majority`` from NUM_WORKERS, ``gate_less_one`` from
     GATE), so no tile repeats that arithmetic; ``low_threshold`` is the one a pair of line
     bits compares its low ``C`` row bits with, chosen by the readout's route
@@ -118,8 +133,9 @@ def fold_word_layout(*, max_workers, counter_bits):
         "fold_gbinary": 1,    # add the line's votes (a write to a G-Binary window)
         "fold_gternary": 1,   # add the line's codes (a write to a G-Ternary window)
         "fold_any": 1,        # either: the addends' reset, sent so no tile ORs the two
-        "clear": 1,           # fold an empty row (READ_CLEAR, or the clearing sweep)
-        "from_last": 1,       # the previous word wrote this row: fold its result
+        "from_last": 1,       # the previous word wrote this row: fold its sum
+        "from_ram": 1,        # no write in flight has the row, and the slot is not empty
+        "empty": 1,           # the previous word emptied the slot: fold an empty row
         "capture": 1,         # keep this word's readout (not a later beat)
         "codes": unsigned(readout_code_bits(counter_bits)),  # the beat's line, coded
         "majority": majority_layout(max_workers),
@@ -132,10 +148,10 @@ def fold_word_layout(*, max_workers, counter_bits):
 
 
 def late_word_layout():
-    """What the request's status decides, a cycle after the fold word: whether the row the
-    tile folded is written back, and whether the answer is a zero line."""
+    """What the request's status decides, a cycle after the fold word: whether the tile's
+    sum is written back, and whether the answer is a zero line."""
     return data.StructLayout({
-        "write_row": 1,       # write the result back (an accepted write, a READ_CLEAR, a sweep)
+        "write_row": 1,       # write the sum back (an accepted write)
         "quiet": 1,           # answer with a zero line (a refusal, a write's answer)
     })
 
@@ -171,7 +187,7 @@ class Word:
 #: The four control words, in the order they leave the control plane.
 WORDS = (
     Word("read_word", READ_WORD_STAGE, "the row"),
-    Word("forward_word", FORWARD_WORD_STAGE, "where the row comes from"),
+    Word("forward_word", FORWARD_WORD_STAGE, "which sum in flight to copy"),
     Word("fold_word", FOLD_WORD_STAGE, "what to do with the row, with the readout's line codes"),
     Word("late_word", LATE_WORD_STAGE, "what the status decides"),
 )
@@ -184,7 +200,8 @@ def stages():
         "status": STATUS_STAGE, "write_back": WRITE_BACK_STAGE, "buffer": BUFFER_STAGE,
         "read_word": READ_WORD_STAGE, "forward_word": FORWARD_WORD_STAGE,
         "fold_word": FOLD_WORD_STAGE, "fold": FOLD_STAGE, "late_word": LATE_WORD_STAGE,
-        "write": WRITE_STAGE, "response": RESPONSE_STAGE, "flags": FLAGS_STAGE,
+        "compare": COMPARE_STAGE, "push": PUSH_STAGE, "response": RESPONSE_STAGE,
+        "flags": FLAGS_STAGE,
     }
 
 
@@ -204,11 +221,14 @@ def pipeline_rows():
     tiles = {
         CLAIM_STAGE: ["the data line is taken"],
         READ_WORD_STAGE: ["row address to the block RAM"],
-        FOLD_STAGE - 1: ["block RAM output register; the row chosen (block RAM or a write in "
-                         "flight) into a fabric register; the addends worked out"],
-        FOLD_STAGE: ["the groups fold, compare with the majority and the gate, and keep the "
-                     "row"],
-        WRITE_STAGE: ["row written back; the beat's line chosen and queued"],
+        FORWARD_WORD_STAGE: ["the sums two and three words ahead copied, each zeroed unless "
+                             "the row is its"],
+        FOLD_WORD_STAGE: ["block RAM output register; the row chosen (an OR of the block "
+                          "RAM's and the copies) into a fabric register; the addends worked "
+                          "out"],
+        FOLD_STAGE: ["the groups fold; the sum written to the block RAM and registered"],
+        COMPARE_STAGE: ["the sum compared with the majority and the gate, and kept"],
+        PUSH_STAGE: ["the beat's line chosen and queued"],
         RESPONSE_STAGE: ["response at `o_resp`"],
     }
     for word in WORDS:

@@ -11,7 +11,7 @@ from neuron_fabric.golden.formats import Readout, Route
 from neuron_fabric.golden.params import PRESETS
 from neuron_fabric.hw.control_plane import ControlPlane
 from neuron_fabric.hw.schedule import (FLAGS_STAGE, FOLD_WORD_STAGE, FORWARD_DISTANCES,
-                                       FORWARD_WORD_STAGE, LATE_WORD_STAGE, WINDOW_STAGE,
+                                       FORWARD_WORD_STAGE, READ_WORD_STAGE, WINDOW_STAGE,
                                        Source)
 from neuron_fabric.sim import scenarios
 
@@ -30,14 +30,17 @@ class _Bench:
         self.m.submodules.control = self.dut
         self.regmap = self.dut.regmap
         self.cycle = 0
-        self.sent = {}        # cycle: (forward source, from_last) at the tiles' inputs
+        self.sent = {}        # cycle: (forward source, fold word's row choice) at the tiles
+
         self.responses = []   # (cycle, status) of each response taken from o_resp
 
     async def tick(self, ctx):
         """A clock edge, after sampling what the control plane sends in this cycle."""
         dut = self.dut
+        fold = dut.fold_words[0]
         self.sent[self.cycle] = (Source(ctx.get(dut.forward_words[0].source)),
-                                 ctx.get(dut.fold_words[0].from_last))
+                                 {name: ctx.get(getattr(fold, name))
+                                  for name in ("from_last", "from_ram", "empty")})
         if ctx.get(dut.o_resp.valid) and ctx.get(dut.o_resp.ready):
             self.responses.append((self.cycle, Status(ctx.get(dut.o_resp.payload.status))))
         await ctx.tick()
@@ -89,21 +92,23 @@ class _Bench:
         sim.run()
 
 
-def _write_at_distance(distance):
-    """Worker 0 writes slot 0; ``distance - 1`` writes to other slots follow, then worker 1
-    writes slot 0, then worker 0 again: the transfer cycles, the words sent for each, and
-    the statuses."""
+def _write_at_distance(distance, *, cleared=False):
+    """Worker 0 writes slot 0 (and with ``cleared`` reads and empties it, NUM_WORKERS 1);
+    ``distance - 1`` writes to other slots follow, then worker 1 writes slot 0, then
+    worker 0 again: the transfer cycles, the words sent for each, and the statuses."""
     bench = _Bench()
     taken = []
 
     async def testbench(ctx):
         ctx.set(bench.dut.o_resp.ready, 1)
         ctx.set(bench.dut.o_mem.ready, 1)
-        await bench.configure(ctx)
+        await bench.configure(ctx, num_workers=1 if cleared else SMALL.max_workers)
         taken.append(await bench.offer(ctx, Op.WRITE, 0, worker=0))
+        if cleared:
+            taken.append(await bench.offer(ctx, Op.READ_CLEAR, 0, worker=0))
         for k in range(distance - 1):
             taken.append(await bench.offer(ctx, Op.WRITE, 1 + k % (SMALL.depth - 1), worker=0))
-        taken.append(await bench.offer(ctx, Op.WRITE, 0, worker=1))
+        taken.append(await bench.offer(ctx, Op.WRITE, 0, worker=int(not cleared)))
         taken.append(await bench.offer(ctx, Op.WRITE, 0, worker=0))
         for _ in range(FLAGS_STAGE + 4):
             await bench.tick(ctx)
@@ -115,18 +120,39 @@ def _write_at_distance(distance):
 @pytest.mark.parametrize("distance", range(1, 7))
 def test_a_write_in_flight_is_forwarded_at_every_distance(distance):
     """Worker 1's write of slot 0 comes ``distance`` words after worker 0's: the tiles are
-    told to fold onto the previous word's result (one word ahead), onto the result in flight
-    (two to four), or onto the block RAM's row; worker 0's repeat right after is refused as
-    a duplicate whichever bitmap, in flight or stored, holds its bit."""
+    told to fold onto the previous word's sum (one word ahead), onto the copy of the sum in
+    flight (two or three), or onto the block RAM's row; worker 0's first write, of an empty
+    slot, onto none; worker 0's repeat right after is refused as a duplicate whichever
+    bitmap, in flight or stored, holds its bit."""
     taken, bench = _write_at_distance(distance)
     assert taken == list(range(taken[0], taken[0] + len(taken))), "taken back to back"
+
+    def told(index):
+        source, _ = bench.sent[taken[index] + FORWARD_WORD_STAGE - 1]
+        _, choice = bench.sent[taken[index] + FOLD_WORD_STAGE - 1]
+        return source, choice
+    assert told(0) == (Source.NONE, {"from_last": 0, "from_ram": 0, "empty": 0})
+    assert told(-2) == (FORWARD_DISTANCES.get(distance, Source.NONE),
+                        {"from_last": int(distance == 1), "from_ram": int(distance > 3),
+                         "empty": 0})
+    # The repeat follows the second write: forwarded from it (one word ahead).
+    assert told(-1)[1]["from_last"] == 1
+    statuses = [status for _, status in bench.responses]
+    assert statuses == [Status.OK] * (len(taken) - 1) + [Status.DUPLICATE]
+
+
+@pytest.mark.parametrize("distance", range(1, 7))
+def test_a_write_after_a_read_clear_folds_onto_an_empty_row_at_every_distance(distance):
+    """A slot is written and emptied by a READ_CLEAR (NUM_WORKERS 1); a write of it
+    ``distance`` words later is told to fold onto an empty row: the READ_CLEAR is the
+    previous word (``empty``, which wins over the write two ahead), in flight (no copy) or
+    landed (its bitmap is empty: not the block RAM's row, which the tiles never clear)."""
+    taken, bench = _write_at_distance(distance, cleared=True)
     second = taken[-2]
     source, _ = bench.sent[second + FORWARD_WORD_STAGE - 1]
-    _, from_last = bench.sent[second + FOLD_WORD_STAGE - 1]
-    assert (source, from_last) == (FORWARD_DISTANCES.get(distance, Source.BLOCK_RAM),
-                                   int(distance == 1))
-    # The repeat follows the second write: forwarded from it (one word ahead).
-    assert bench.sent[taken[-1] + FOLD_WORD_STAGE - 1][1] == 1
+    _, choice = bench.sent[second + FOLD_WORD_STAGE - 1]
+    assert source == (Source.TWO_AHEAD if distance == 1 else Source.NONE)
+    assert choice == {"from_last": 0, "from_ram": 0, "empty": int(distance == 1)}
     statuses = [status for _, status in bench.responses]
     assert statuses == [Status.OK] * (len(taken) - 1) + [Status.DUPLICATE]
 
@@ -199,21 +225,23 @@ def test_a_write_in_flight_at_a_reset_counts_no_flag_after_it(reset_after):
 
 def test_after_a_reset_requests_wait_for_the_sweep_of_every_window():
     """A reset marks every window to clear: ``i_req.ready`` stays low for a sweep word a row
-    (NUM_WINDOWS * DEPTH), the late words writing empty rows, then rises."""
+    (NUM_WINDOWS * DEPTH, the read words naming every row in turn), then rises."""
     bench = _Bench()
-    ready, writes = [], []
+    ready, rows_read = [], []
 
     async def testbench(ctx):
         for _ in range(SMALL.num_windows * SMALL.depth + 8):
             ready.append(ctx.get(bench.dut.i_req.ready))
-            writes.append(ctx.get(bench.dut.late_words[0].write_row))
+            rows_read.append(ctx.get(bench.dut.read_words[0].row))
             await bench.tick(ctx)
 
     bench.run(testbench)
-    rows = SMALL.num_windows * SMALL.depth
-    assert sum(writes) == rows
-    # The sweep's words take the window stage in the cycles a request's would.
-    last_sweep = max(i for i, w in enumerate(writes) if w) - (LATE_WORD_STAGE - 1 - WINDOW_STAGE)
+    rows = list(range(SMALL.num_windows * SMALL.depth))
+    firsts = [rows_read.index(row) for row in rows]
+    assert firsts == sorted(firsts), "the sweep names the rows in turn"
+    # The sweep's words take the window stage in the cycles a request's would; the read word
+    # leaves it for the tiles.
+    last_sweep = firsts[-1] - (READ_WORD_STAGE - 1 - WINDOW_STAGE)
     assert ready.index(1) + WINDOW_STAGE > last_sweep, "a request taken during the sweep"
     assert all(ready[ready.index(1):])
 

@@ -13,8 +13,7 @@ from neuron_fabric.golden.params import FabricParams
 from neuron_fabric.golden.regmap import register_map
 from neuron_fabric.hw.control_plane import ControlPlane
 from neuron_fabric.hw.engines import ENGINES, engine
-from neuron_fabric.hw.schedule import Source
-from neuron_fabric.hw.layouts import (encoded, in_encoding_order, lane_layout, request_layout,
+from neuron_fabric.hw.layouts import (encoded, lane_layout, request_layout,
                                       response_layout, ternary_code)
 from neuron_fabric.golden import gternary
 
@@ -142,24 +141,3 @@ def test_encoded_refuses_a_none_that_is_not_encoded_zero_and_foreign_members():
         encoded({_Shuffled.FIRST: Signal()}, none=_Shuffled.LAST)
     with pytest.raises(ValueError, match="answers must name members of Status"):
         encoded({_Shuffled.FIRST: Signal()}, none=Status.OK)
-
-
-def test_choices_in_encoding_order_follow_the_members_values():
-    class Ahead(enum.Enum):
-        TWO = 2
-        NONE = 0
-        THREE = 3
-        ONE = 1
-
-    assert in_encoding_order({Ahead.TWO: "b", Ahead.THREE: "c", Ahead.ONE: "a",
-                              Ahead.NONE: "ram"}) == ["ram", "a", "b", "c"]
-    assert in_encoding_order({member: member.name for member in Source}) == [
-        Source(value).name for value in range(len(Source))]
-
-
-def test_choices_in_encoding_order_must_name_every_member_encoded_densely():
-    with pytest.raises(ValueError, match="choices must name every member of Source, encoded "
-                                         "0 to 3"):
-        in_encoding_order({Source.BLOCK_RAM: 0, Source.TWO_AHEAD: 1})
-    with pytest.raises(ValueError, match="choices must name every member of _Shuffled"):
-        in_encoding_order({member: 0 for member in _Shuffled})

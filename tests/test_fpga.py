@@ -1328,18 +1328,20 @@ def test_synthesis_keeps_every_copy_of_the_control_words(tmp_path):
             selections[f"{word}_copy_{k}"] = f"w:*.{word}_{k} {drivers}"
             expected[f"{word}_copy_{k}"] = 1
     # Each tile's and each group's copies of the words they use past the block RAM's
-    # address (the tile's read word becomes the block RAM's address register); the late
-    # word has a copy per tile only.
-    for word in ("forward_word", "fold_word", "late_word"):
+    # address (the tile's read word becomes the block RAM's address register): the fold
+    # word and the late word a tile; the forward word, the row's choice and the readout's
+    # fields a group.
+    for word in ("fold_word", "late_word"):
         selections[f"{word}_tiles"] = f"w:*.tile_{word} {drivers}"
         expected[f"{word}_tiles"] = tiles
-    for word in ("forward_word", "readout_word"):
+    for word in ("forward_word", "row_choice", "readout_word"):
         selections[f"{word}_groups"] = f"w:*.g*_{word} {drivers}"
         expected[f"{word}_groups"] = groups
-    # Nearer the lanes: the fold loop's fields and the comparisons' thresholds per pair of
+    # Nearer the lanes: the fold loop's control and the comparisons' thresholds per pair of
     # line bits, each readout code per SELECT_BITS line bits; one pop a ring.
     pairs = tiles * design.tile_lanes // 2
-    selections["loop_pairs"] = f"w:*.g*_p*_loop {drivers}"
+    # (The pair's copy of from_last and the fold's port are one net: %a takes both names.)
+    selections["loop_pairs"] = f"w:*.g*_p*_from_last %a {drivers}"
     selections["threshold_pairs"] = f"w:*.g*_p*_thresholds {drivers}"
     expected["loop_pairs"] = expected["threshold_pairs"] = pairs
     selections["first_selects"] = f"w:*.g*_code0_* {drivers}"

@@ -1,6 +1,6 @@
 """A lane tile driven alone in the Amaranth simulator, its control words sent on the schedule
-(hw/schedule.py) as the control plane sends them: forwarding at every distance, the settle
-after a reset, and its buffers' rings."""
+(hw/schedule.py) as the control plane sends them: forwarding at every distance, rows emptied
+at every distance, the settle after a reset, and its buffers' rings."""
 
 import numpy as np
 import pytest
@@ -10,15 +10,15 @@ from amaranth.sim import Simulator
 from neuron_fabric.golden.formats import Readout
 from neuron_fabric.hw.lane_tile import LaneTile
 from neuron_fabric.hw.schedule import (FLAGS_STAGE, FORWARD_DISTANCES, FOLD_WORD_STAGE,
-                                       FORWARD_WORD_STAGE, LATE_WORD_STAGE, READ_WORD_STAGE,
-                                       WRITE_STAGE, Source)
+                                       FORWARD_WORD_STAGE, LATE_WORD_STAGE, PUSH_STAGE,
+                                       READ_WORD_STAGE, Source)
 from neuron_fabric.hw.tile_row import readout_codes
 
 LANES, GROUP, WORKERS, ROWS, DEPTH = 8, 4, 4, 4, 4
 COUNTER_BITS = 3   # the default width at 4 workers: no lane fills
 
 
-def _word(*, row=0, data=0, fold=None, late=None, forward=Source.BLOCK_RAM):
+def _word(*, row=0, data=0, fold=None, late=None, forward=Source.NONE):
     """A word as the tile's four control words and data line: ``fold`` and ``late`` are
     ``{field: value}`` (0 elsewhere)."""
     return {"data": data, "row": row, "source": forward.value, "fold": fold or {},
@@ -92,11 +92,14 @@ def _bits(values):
 
 
 def _words(plan, codes):
-    """The tile's words for ``plan``, a list of ``("write", row, line)``, ``("read", row,
-    beat)`` (a COUNTS beat, ``codes[beat]`` its codes) or None, each forwarded as the control
-    plane forwards: from the previous word's result if it wrote the row (``from_last``), else
-    from the nearest write two to four words ahead (:data:`~.schedule.FORWARD_DISTANCES`),
-    else from the block RAM."""
+    """The tile's words for ``plan``, a list of ``("write", row, line)``, ``("clear", row,
+    None)`` (a READ_CLEAR that empties the row; the tile only sees it in the words after),
+    ``("read", row, beat)`` (a COUNTS beat, ``codes[beat]`` its codes) or None, each told
+    where its row comes from as the control plane tells it: the previous word's sum if it
+    wrote the row (``from_last``), an empty row if it emptied it (``empty``), else the copy
+    of the nearest write two or three words ahead (:data:`~.schedule.FORWARD_DISTANCES`,
+    none if that one emptied the row), else the block RAM's row if the row's last write
+    was not a clear (``from_ram``)."""
     words = []
     for index, step in enumerate(plan):
         if step is None:
@@ -104,16 +107,25 @@ def _words(plan, codes):
             continue
         kind, row, value = step
 
-        def wrote(distance):
+        def writer(distance):
+            """The kind of the word ``distance`` words ahead if it wrote or emptied the row."""
             ahead = plan[index - distance] if index >= distance else None
-            return ahead is not None and ahead[0] == "write" and ahead[1] == row
-        source = next((source for distance, source in FORWARD_DISTANCES.items()
-                       if wrote(distance)), Source.BLOCK_RAM)
-        fold = {"from_last": int(wrote(1))}
+            return ahead[0] if ahead and ahead[0] in ("write", "clear") and ahead[1] == row \
+                else None
+        nearest = next((distance for distance in FORWARD_DISTANCES if writer(distance)), None)
+        source = Source.NONE
+        if nearest is not None and writer(nearest) == "write":
+            source = FORWARD_DISTANCES[nearest]
+        landed = [writer(distance) for distance in range(max(FORWARD_DISTANCES) + 1, index + 1)]
+        in_flight = any(writer(distance) for distance in range(1, max(FORWARD_DISTANCES) + 1))
+        fold = {"from_last": int(writer(1) == "write"), "empty": int(writer(1) == "clear"),
+                "from_ram": int(not in_flight and next(filter(None, landed), None) == "write")}
         if kind == "write":
             fold.update(fold_gbinary=1, fold_any=1, capture=1)
             words.append(_word(row=row, data=value, forward=source, fold=fold,
                                late={"write_row": 1, "quiet": 1}))
+        elif kind == "clear":
+            words.append(_word(row=row, forward=source, fold=fold))
         else:
             fold.update(capture=int(value == 0), codes=codes[value], push_response=1)
             words.append(_word(row=row, forward=source, fold=fold))
@@ -121,8 +133,9 @@ def _words(plan, codes):
 
 
 def _fold_and_read(plan):
-    """Run ``plan`` (writes and None, see :func:`_words`), then read out every row it wrote,
-    each COUNTS beat; the response lines, and the lines the rows' counts should give."""
+    """Run ``plan`` (writes, clears and None, see :func:`_words`), then read out every row it
+    wrote, each COUNTS beat; the response lines, and the lines the rows' counts (since their
+    last clear) should give."""
     bench = _Bench()
     rows = sorted({step[1] for step in plan if step is not None})
     plan = plan + [("read", row, beat) for row in rows for beat in range(COUNTER_BITS)]
@@ -132,7 +145,7 @@ def _fold_and_read(plan):
         codes = [await bench.codes_of(ctx, Readout.COUNTS, beat) for beat in range(COUNTER_BITS)]
         words = _words(plan, codes)
         # Each response is popped as it reaches the head, a cycle after its push.
-        due = {index + WRITE_STAGE + 1 for index, word in enumerate(words)
+        due = {index + PUSH_STAGE + 1 for index, word in enumerate(words)
                if word and word["fold"].get("push_response")}
 
         def collect(ctx, cycle):
@@ -142,9 +155,12 @@ def _fold_and_read(plan):
         await bench.drive(ctx, words, watch=collect)
 
     bench.run(testbench)
-    counts = {row: sum(np.array([(step[2] >> i) & 1 for i in range(LANES)])
-                       for step in plan if step and step[0] == "write" and step[1] == row)
-              for row in rows}
+    counts = {row: np.zeros(LANES, dtype=int) for row in rows}
+    for step in plan:
+        if step and step[0] == "write":
+            counts[step[1]] = counts[step[1]] + [(step[2] >> i) & 1 for i in range(LANES)]
+        elif step and step[0] == "clear":
+            counts[step[1]] = np.zeros(LANES, dtype=int)
     want = [_bits((counts[row] >> beat) & 1) for row in rows for beat in range(COUNTER_BITS)]
     return responses, want
 
@@ -152,13 +168,28 @@ def _fold_and_read(plan):
 @pytest.mark.parametrize("distance", range(1, 7))
 def test_a_second_write_to_a_row_folds_onto_the_first_at_every_distance(distance):
     """A row takes a write, then another ``distance`` words later (other rows' writes
-    between): the second folds onto the first's result whether it is the previous word's,
-    in flight (two to four words ahead) or in the block RAM. A third write, and every row's
+    between): the second folds onto the first's sum whether it is the previous word's, in
+    flight (two or three words ahead) or in the block RAM. A third write, and every row's
     counts read back, check that nothing else moved."""
     rng = np.random.default_rng(distance)
     line = lambda: int(rng.integers(0, 1 << LANES))   # noqa: E731
     between = [("write", 1 + k % (ROWS - 1), line()) for k in range(distance - 1)]
     plan = [("write", 0, line()), *between, ("write", 0, line()), None, ("write", 0, line())]
+    responses, want = _fold_and_read(plan)
+    assert responses == want
+
+
+@pytest.mark.parametrize("distance", range(1, 7))
+def test_a_write_after_a_clear_folds_onto_an_empty_row_at_every_distance(distance):
+    """A row takes two writes and is emptied at once; a write ``distance`` words later (other
+    rows' writes between) folds onto an empty row, whether the clear is the previous word
+    (with a write of the row two words ahead), in flight or landed: the block RAM still
+    holds the old sum, which the tile never clears."""
+    rng = np.random.default_rng(10 + distance)
+    line = lambda: int(rng.integers(0, 1 << LANES))   # noqa: E731
+    between = [("write", 1 + k % (ROWS - 1), line()) for k in range(distance - 1)]
+    plan = [("write", 0, line()), ("write", 0, line()), ("clear", 0, None), *between,
+            ("write", 0, line()), ("write", 0, line())]
     responses, want = _fold_and_read(plan)
     assert responses == want
 
@@ -223,13 +254,13 @@ def test_the_memory_ring_hands_out_its_entries_in_order_across_its_wrap():
     bench = _Bench()
     words, pops, pushed, arrivals, cycle = [], set(), [], [], 0
     while len(pushed) < 3 * DEPTH:
-        # A push is at the head from the cycle after WRITE_STAGE; a word is issued only
+        # A push is at the head from the cycle after PUSH_STAGE; a word is issued only
         # while the ring has room for it beside the words in flight.
         if len(pushed) - len(pops) < DEPTH and rng.random() < 0.7:
             line = int(rng.integers(0, 1 << LANES))
             words.append(_word(data=line, fold={"push_memory": 1}))
             pushed.append(line)
-            arrivals.append(cycle + WRITE_STAGE + 1)
+            arrivals.append(cycle + PUSH_STAGE + 1)
         else:
             words.append(None)
         ready = sum(arrival <= cycle for arrival in arrivals) - len(pops)

@@ -1,5 +1,5 @@
-"""The fold of a pair of line bits (:class:`~neuron_fabric.hw.pair_fold.PairFold`), the lane
-tiles' datapath, against the golden model.
+"""The fold of a pair of line bits and its comparisons (:mod:`neuron_fabric.hw.pair_fold`), the
+lane tiles' datapath, against the golden model.
 
 A pair's adder folds two G-Binary lanes or one G-Ternary lane, and its three comparison trees
 serve both routes: the low tree compares the low row bits with the threshold the control plane
@@ -16,7 +16,7 @@ from amaranth.sim import Simulator
 from neuron_fabric.golden import gbinary, gternary
 from neuron_fabric.golden.formats import Readout
 from neuron_fabric.hw import schedule
-from neuron_fabric.hw.pair_fold import PairFold, pair_thresholds
+from neuron_fabric.hw.pair_fold import PairCompare, PairFold, pair_thresholds
 from neuron_fabric.hw.sign_count import majority_thresholds
 from neuron_fabric.hw.ternary_gate import gate_less_one
 
@@ -38,12 +38,15 @@ def _pair_bench():
                  word.low_threshold.eq(schedule.low_threshold(ports["readout"], word.majority,
                                                                threshold))]
     m.submodules.fold = fold = PairFold(max_workers=MAX_WORKERS, counter_bits=COUNTER_BITS)
-    m.d.comb += fold.thresholds.eq(pair_thresholds(word))
+    # The tile compares the sum a cycle later, registered; here, as it leaves the adder.
+    m.submodules.compare = compare = PairCompare(max_workers=MAX_WORKERS,
+                                                 counter_bits=COUNTER_BITS)
+    m.d.comb += [compare.row.eq(fold.sum), compare.thresholds.eq(pair_thresholds(word))]
     ports.update(row=fold.chosen, last=fold.last, from_last=fold.from_last,
                  addend_low=fold.addend_low, addend_sign=fold.addend_sign,
                  addend_high=fold.addend_high)
-    outputs = {name: getattr(fold, name)
-               for name in ("sum", "sign", "tie", "positive", "negative")}
+    outputs = {"sum": fold.sum, **{name: getattr(compare, name)
+                                   for name in ("sign", "tie", "positive", "negative")}}
     return m, ports, outputs
 
 
@@ -136,6 +139,8 @@ def test_a_pair_fold_refuses_counters_that_can_fill():
     with pytest.raises(ValueError, match="counter_bits must hold 16 workers' votes and sums "
                                          "in a pair fold"):
         PairFold(max_workers=16, counter_bits=3)
+    with pytest.raises(ValueError, match="counter_bits must hold 16 workers' votes"):
+        PairCompare(max_workers=16, counter_bits=3)
 
 
 def test_the_low_tree_gives_the_majority_for_gbinary_readouts():

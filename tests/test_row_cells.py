@@ -1,5 +1,5 @@
-"""The tile's row logic: the ECP5 cell forms of the fold adder, the forwarding choice, the
-readout's code choice and a gate proven equal to the generic ones, bad choices refused."""
+"""The tile's row logic: the ECP5 cell forms of the fold adder, the readout's code choice and a
+gate proven equal to the generic ones, bad choices refused."""
 
 import random
 import re
@@ -16,7 +16,7 @@ from neuron_fabric.gen.tools import tool
 from neuron_fabric.hw import row_cells
 from neuron_fabric.hw.lane_tile import LaneTile
 from neuron_fabric.hw.pair_fold import plus_test
-from neuron_fabric.hw.row_cells import CodeChoice, FoldAdder, ForwardChoice
+from neuron_fabric.hw.row_cells import CodeChoice, FoldAdder
 
 
 class _Miter(Elaboratable):
@@ -40,11 +40,8 @@ class _Miter(Elaboratable):
         return m
 
 
-#: The fold adder's, the forwarding choice's and the code choice's inputs (width None: the
-#: component's) and output.
+#: The fold adder's inputs (width None: the component's) and output.
 ADDER = (FoldAdder, [("addend", None), ("last", None), ("chosen", None), ("from_last", 1)], "sum")
-CHOICE = (ForwardChoice, [("first", None), ("second", None), ("third", None), ("fourth", None),
-                          ("select", 2)], "chosen")
 
 
 class _PlusTest(wiring.Component):
@@ -100,35 +97,6 @@ def test_the_proof_finds_a_carry_cell_with_its_row_inputs_swapped(monkeypatch, t
         lambda a, b, c, d: a ^ (d if b else c)))
     assert not _forms_proven_equal(10, tmp_path)
 
-
-
-@pytest.mark.parametrize("width", [1, 10])
-def test_the_lut_form_of_the_forwarding_choice_equals_the_generic_one(width, tmp_path):
-    assert _forms_proven_equal(width, tmp_path, CHOICE)
-
-
-def test_the_proof_finds_a_forwarding_lut_that_swaps_the_last_two_rows(monkeypatch, tmp_path):
-    monkeypatch.setattr(row_cells, "_second_of_four_init", lambda: row_cells._lut_init(
-        lambda a, b, c, d: (c if a else d) if b else a))
-    assert not _forms_proven_equal(10, tmp_path, CHOICE)
-
-
-def test_the_generic_forwarding_choice_takes_the_selected_row():
-    choice = ForwardChoice(4)
-    rng = random.Random(3)
-    cases = [(rng.randrange(4), [rng.randrange(16) for _ in range(4)]) for _ in range(100)]
-
-    async def bench(ctx):
-        for select, rows in cases:
-            ctx.set(choice.select, select)
-            for port, row in zip((choice.first, choice.second, choice.third, choice.fourth),
-                                 rows):
-                ctx.set(port, row)
-            assert ctx.get(choice.chosen) == rows[select]
-
-    sim = Simulator(choice)
-    sim.add_testbench(bench)
-    sim.run()
 
 
 @pytest.mark.parametrize("count", [3, 8, 10, 16])
@@ -249,14 +217,14 @@ def test_a_lane_tile_refuses_cells_it_cannot_build():
         LaneTile(cells="gowin")
 
 
-def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
-    """The ECP5 tile's netlist: a CCU2C per two row bits, two LUT4s per row bit, a LUT4 per
-    pair for the +1 test and the readout's multiplexers; the generic tile has none of them."""
+def test_an_ecp5_tile_folds_in_carry_cells():
+    """The ECP5 tile's netlist: a CCU2C per two row bits, a LUT4 per pair for the +1 test and
+    the readout's multiplexers; the generic tile has none of them."""
     tile = LaneTile(tile_lanes=4, group_lanes=2, max_workers=4, rows=4, cells="ecp5")
     row_bits = 4 * 3   # four line bits, three-bit counters
     netlist = rtlil.convert(tile, name="tile")
     assert netlist.count("cell \\CCU2C") == row_bits // 2
-    assert netlist.count("cell \\LUT4") == 2 * row_bits + 2   # and a +1 test a pair
+    assert netlist.count("cell \\LUT4") == 2   # a +1 test a pair
     # The readout at three-bit counters: an odd line bit chooses among seven kept bits (two
     # PFUMX and an L6MUX21), an even one among six (one PFUMX for the first four).
     assert netlist.count("cell \\L6MUX21") == 2 and netlist.count("cell \\PFUMX") == 6
@@ -264,11 +232,3 @@ def test_an_ecp5_tile_folds_in_carry_cells_and_forwards_in_lut_pairs():
                             name="tile")
     for cell in ("CCU2C", "LUT4", "PFUMX", "L6MUX21"):
         assert f"cell \\{cell}" not in generic
-
-
-def test_the_forwarding_choice_refuses_choices_of_different_widths():
-    with pytest.raises(ValueError, match=re.escape(
-            "choose_of_four needs a two-bit select and four choices of one width, not a "
-            "2-bit select and widths [4, 4, 3, 4]")):
-        row_cells.choose_of_four(Module(), select=Signal(2), cells="ecp5", name="forward",
-                                 choices=[Signal(4), Signal(4), Signal(3), Signal(4)])

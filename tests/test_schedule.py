@@ -34,9 +34,12 @@ def test_the_manifest_carries_the_schedules_stages_and_words():
 
 
 def test_each_forward_source_is_a_write_in_flight_at_the_read():
-    # A word reads its row at READ_WORD_STAGE; the block RAM holds a write from the cycle
-    # after WRITE_STAGE; one word ahead is the fold loop's own choice.
-    in_flight = range(1, schedule.WRITE_STAGE - schedule.READ_WORD_STAGE + 1)
+    # A word reads its row at READ_WORD_STAGE; the block RAM holds a sum from the cycle after
+    # FOLD_STAGE; one word ahead is the fold loop's own choice. The bitmaps' writes in flight
+    # are the same words, so what a bitmap does not show yet is forwarded in the tiles.
+    in_flight = range(1, schedule.FOLD_STAGE - schedule.READ_WORD_STAGE + 1)
     assert list(schedule.FORWARD_DISTANCES) == list(in_flight)[1:]
-    assert sorted(source.value for source in schedule.FORWARD_DISTANCES.values()) == [1, 2, 3]
-    assert schedule.Source.BLOCK_RAM.value == 0
+    assert schedule.BITMAP_DISTANCES == tuple(in_flight)
+    # Each source is a bit of the forward word: a copy's reset reads one bit.
+    assert sorted(source.value for source in schedule.FORWARD_DISTANCES.values()) == [1, 2]
+    assert schedule.Source.NONE.value == 0
