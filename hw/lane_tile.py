@@ -652,9 +652,9 @@ def _ring(m, name, *, depth, push, parts, pop):
 
 
 def _delay(m, name, value, layout, stage, to_stage, *, keep_last=False):
-    """``value`` (of ``layout``), in its stage ``stage``, delayed by registers named
-    ``<name>_<stage>`` to ``to_stage``; the last one kept through synthesis if
-    ``keep_last``."""
+    """``value`` (of ``layout``), in its stage ``stage``, delayed to ``to_stage`` by a
+    register a stage, each named ``<name>_<the stage it holds>``; the last one kept through
+    synthesis if ``keep_last``."""
     for later in range(stage + 1, to_stage + 1):
         delayed = Signal(layout, name=f"{name}_{later}", reset_less=True,
                          attrs=KEEP if keep_last and later == to_stage else None)
