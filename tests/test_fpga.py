@@ -445,6 +445,9 @@ def test_router2_diverges_when_congestion_comes_back_well_above_its_best():
     # handful of wires, may still converge.
     assert router_diverged(router_log(falling + [230] * 80 + [0])) is None
     assert router_diverged(router_log([900, 40, 3] + [45] * 80 + [0])) is None
+    # A run that wanders back to a few dozen wires, more than twice its best, and then
+    # routes (as the 512-bit top did on two seeds).
+    assert router_diverged(router_log([900, 100, 16] + [30] * 20 + [58] + [20] * 60 + [0])) is None
     # Twice the best but too soon after it.
     assert router_diverged(router_log(falling + [150] * 8 + [240])) is None
     assert router_diverged("Info: no router output yet") is None
