@@ -116,9 +116,9 @@ class TimedOut(ToolError):
 #: ``floor`` wires. Every run of this project's blocks and tops that routed stayed inside
 #: this rule: some sat on one or two wires for 85 iterations before the last went, and two
 #: 512-bit tops wandered from a best of 16 wires back up to 52 and 58 and routed some 100
-#: iterations later, which the floor allows. The 512-bit tops that never routed broke it
-#: 10-30 iterations after their best, where they had been left to run 20 to 50 iterations
-#: longer.
+#: iterations later, which the floor allows. The 512-bit tops that never routed broke the
+#: rule with a floor of 50 10-30 iterations after their best, where they had been left to
+#: run 20 to 50 iterations longer; how far above 150 they went was not logged.
 DIVERGENCE = {"patience": 10, "factor": 2.0, "floor": 150}
 
 _ROUTER_ITERATION = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
