@@ -83,9 +83,10 @@ def main(argv=None):
               f"{outcome.seconds:.0f} s", flush=True)
 
     # Designs are elaborated here one at a time (a planted bug patches module globals);
-    # SymbiYosys runs up to --jobs of them side by side, each reported as it ends.
+    # SymbiYosys runs up to --jobs of them side by side, each reported as it ends. The
+    # deepest start first: the longest runs, so the others fill the cores beside them.
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        for index, proof in enumerate(proofs, 1):
+        for index, proof in enumerate(sorted(proofs, key=lambda p: -p.depth), 1):
             print(f"formal: elaborating {proof.name} ({index}/{len(proofs)})", flush=True)
             folder = prepare_proof(proof, out / proof.name)
             pool.submit(solve_proof, proof, folder, env=env).add_done_callback(
