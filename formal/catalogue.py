@@ -150,7 +150,7 @@ RESET_DEPTH = 22
 #: tracked slot (every worker writes it, it is read and cleared, every worker writes it again
 #: and it is read again, with any backpressure). The cover reaches the second readout's
 #: answer at step 27, so the responses check goes to 28 steps (its step 27 alone takes the
-#: solver about 9 minutes, the whole check about 21).
+#: solver about 9 minutes, the whole check 23 in `make formal`).
 DEEP_DEPTH = 28
 DEEP_COVER_DEPTH = 28
 #: The registers' deep checks: a fold's flags counted and read (the write, the tiles' flag
