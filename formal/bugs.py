@@ -155,6 +155,17 @@ def _read_clear_keeps_bitmap(shipped):
     return ControlPlane
 
 
+def _clear_folded_onto(shipped):
+    class ControlPlane(shipped):
+        """Takes a READ_CLEAR one word ahead for a write: the next write of the slot folds
+        onto the sum of the lifetime the READ_CLEAR ended."""
+        def _fold_and_late_words(self, m, regs, word, flight, st):
+            clears = [C(0, 1), *flight.clears[1:]]
+            super()._fold_and_late_words(m, regs, word, types.SimpleNamespace(
+                **{**vars(flight), "clears": clears}), st)
+    return ControlPlane
+
+
 def _saturation_dropped(shipped):
     class LaneTile(shipped):
         """Raises a fold's INVALID_CODE as shipped and its SATURATED never."""
@@ -203,6 +214,10 @@ BUGS = {bug.name: bug for bug in (
     PlantedBug("read_clear_bitmap", "a READ_CLEAR empties the slot's lines but writes its "
                "bitmap back full, so every write of the slot's next lifetime is refused as "
                "DUPLICATE", {"hw.controller:ControlPlane": _read_clear_keeps_bitmap}),
+    PlantedBug("clear_folded_onto", "a write one word behind a READ_CLEAR of its slot "
+               "folds onto the sum of the lifetime that READ_CLEAR ended, so the slot's next "
+               "lifetime reads the last one's votes too",
+               {"hw.controller:ControlPlane": _clear_folded_onto}),
     PlantedBug("saturation_dropped", "the tiles never raise SATURATED: a fold that "
                "saturates a lane leaves ERRORS as it was",
                {"hw.controller:LaneTile": _saturation_dropped}),

@@ -53,6 +53,8 @@ class Proof:
     A ``netlist`` check reads the block itself (``spec`` builds it, not a specification) and
     names its output ``streams``. ``power_up`` starts every register and memory at an
     arbitrary value, as on an ASIC: only reset, in the first cycle, sets those that have one.
+    ``skip`` steps are unrolled without their assertions being checked: a planted bug's
+    proof may look only where its bug first shows (a proof meant to pass checks every step).
     """
     name: str
     group: str
@@ -65,12 +67,17 @@ class Proof:
     timeout: int = 1800
     streams: tuple = ()
     power_up: bool = False
+    skip: int = 0
 
     def __post_init__(self):
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {sorted(MODES)}, not {self.mode!r}")
         if self.bug is not None and self.bug not in BUGS:
             raise ValueError(f"bug must be one of {sorted(BUGS)}, not {self.bug!r}")
+        if self.skip and (self.bug is None or self.mode != "bmc"
+                          or not 0 < self.skip < self.depth):
+            raise ValueError(f"skip must be below the depth, and only a bounded check of a "
+                             f"planted bug skips steps, not {self.skip!r} in {self.name!r}")
 
     @property
     def expect(self):
@@ -97,8 +104,10 @@ class Outcome:
     def depth_text(self):
         if self.proof.mode == "netlist":
             return "-"
-        return "unbounded" if self.proof.mode == "prove" and self.status == "PASS" \
-            else str(self.proof.depth)
+        if self.proof.mode == "prove" and self.status == "PASS":
+            return "unbounded"
+        skipped = f", from step {self.proof.skip}" if self.proof.skip else ""
+        return f"{self.proof.depth}{skipped}"
 
     def as_dict(self):
         p = self.proof
@@ -126,6 +135,7 @@ def sby_text(proof):
         "[options]",
         f"mode {proof.mode}",
         f"depth {proof.depth}",
+        *([f"skip {proof.skip}"] if proof.skip else []),
         "",
         "[engines]",
         f"smtbmc {SOLVER}",

@@ -12,7 +12,7 @@ from neuron_fabric.formal import __main__ as formal_main
 from neuron_fabric.formal.blocks import gated_reference, majority_reference
 from neuron_fabric.formal.bugs import BUGS, planted
 from neuron_fabric.formal.catalogue import all_proofs
-from neuron_fabric.formal.runner import Proof
+from neuron_fabric.formal.runner import Proof, sby_text
 from neuron_fabric.golden import gbinary, gternary
 from neuron_fabric.hw import sign_count
 
@@ -74,6 +74,13 @@ def test_a_proof_refuses_an_unknown_mode_or_bug():
         Proof("x", "g", "c", "sometimes", 1, lambda: None)
     with pytest.raises(ValueError, match="bug must be one of"):
         Proof("x", "g", "c", "bmc", 1, lambda: None, bug="no_such_bug")
+    # Skipping steps would weaken a proof meant to pass.
+    with pytest.raises(ValueError, match="only a bounded check of a planted bug skips"):
+        Proof("x", "g", "c", "bmc", 10, lambda: None, skip=5)
+    with pytest.raises(ValueError, match="skip must be below the depth"):
+        Proof("x", "g", "c", "bmc", 10, lambda: None, bug="tie_rule", skip=10)
+    assert "skip 9" in sby_text(Proof("x", "g", "c", "bmc", 10, lambda: None,
+                                      bug="tie_rule", skip=9))
 
 
 def test_the_deep_covers_are_asked_for_by_the_deep_cover_proof():
@@ -84,6 +91,28 @@ def test_the_deep_covers_are_asked_for_by_the_deep_cover_proof():
     proofs = {p.name: p for p in all_proofs()}
     assert proofs["controller_deep_cover"].spec().deep_covers
     assert not proofs["controller_contract_cover"].spec().deep_covers
+
+
+def test_the_readouts_deep_check_its_cover_and_its_bug_share_one_environment():
+    """The second lifetime's readouts are checked, covered and shown to catch a bug on the
+    same one-tile configuration with window traffic, to the depth that reaches them."""
+    from neuron_fabric.formal.catalogue import (_controller_block, DEEP_DEPTH,
+                                                PROOF_TILE_LANES)
+    from neuron_fabric.formal.controller import ControllerSpec
+    with pytest.raises(TypeError, match="window_traffic must be a bool, not 'yes'"):
+        ControllerSpec(controller=_controller_block(), checks=(), window_traffic="yes")
+    proofs = {p.name: p for p in all_proofs()}
+    lifetimes = [proofs[name] for name in ("controller_aggregation_deep",
+                                           "controller_aggregation_deep_cover",
+                                           "bug_clear_folded_onto")]
+    for proof in lifetimes:
+        spec = proof.spec()
+        assert spec.window_traffic and spec.checks == {"handshake", "aggregation"}
+        assert spec.dut.params.line_bits == PROOF_TILE_LANES
+        assert proof.depth == DEEP_DEPTH and proof.config.startswith(lifetimes[0].config)
+    assert [p.mode for p in lifetimes] == ["bmc", "cover", "bmc"]
+    assert lifetimes[1].spec().deep_covers and lifetimes[2].bug == "clear_folded_onto"
+    assert not proofs["controller_aggregation"].spec().window_traffic
 
 
 def test_the_saturating_proofs_run_on_tiles_whose_lanes_fill():
