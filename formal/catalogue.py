@@ -61,14 +61,14 @@ THREE_WORKERS = dataclasses.replace(PROOF_PARAMS, max_workers=3)
 SATURATING = dataclasses.replace(PROOF_PARAMS, counter_bits=1)
 
 
-def _controller_block(params=PROOF_PARAMS):
+def _controller_block(params=PROOF_PARAMS, buffer_depth=4):
     return Controller(params=params, tile_lanes=PROOF_TILE_LANES,
-                      group_lanes=PROOF_TILE_LANES, max_reads=2, buffer_depth=4)
+                      group_lanes=PROOF_TILE_LANES, max_reads=2, buffer_depth=buffer_depth)
 
 
-def _controller(params=PROOF_PARAMS, **kwargs):
+def _controller(params=PROOF_PARAMS, buffer_depth=4, **kwargs):
     def spec():
-        return ControllerSpec(controller=_controller_block(params), **kwargs)
+        return ControllerSpec(controller=_controller_block(params, buffer_depth), **kwargs)
     return spec
 
 
@@ -147,12 +147,12 @@ QUICK_DEPTH = 14
 #: write, the reset, the flags' stage (9 cycles after the write) and the read's 2 cycles.
 RESET_DEPTH = 22
 #: The deep checks: after the reset's sweep and the configuration, two lifetimes of the
-#: tracked slot (its workers write it, it is read and cleared, they write it again and it is
-#: read again, with any backpressure). With NUM_WORKERS 1 the cover reaches the second
-#: readout's answer at step 27, so the deep checks go to 28 steps; with 2 it comes at step
-#: 29, beyond them (each step costs the solver about twice the one before).
-DEEP_DEPTH = 28
-DEEP_COVER_DEPTH = 28
+#: tracked slot (every worker writes it, it is read and cleared, every worker writes it again
+#: and it is read again, with any backpressure). The cover reaches the second readout's
+#: answer with both workers' writes at step 21; the checks go three steps past it (each step
+#: costs the solver about twice the one before).
+DEEP_DEPTH = 24
+DEEP_COVER_DEPTH = 24
 #: The registers' deep checks: a fold's flags counted and read (the write, the tiles' flag
 #: stage and a read of ERRORS once the pipeline has drained, by step 22).
 FLAGS_DEPTH = 26
@@ -163,10 +163,13 @@ ADDRESS_BITS = 4
 DEEP_CONFIG = f"{PROOF_CONFIG}, addresses below {2 ** ADDRESS_BITS}"
 #: The deep checks run on lines of one tile, so that they fit `make formal`'s half hour:
 #: the tracked lane pair is in one tile, and the four tiles of the checks to CONTRACT_DEPTH
-#: are copies of it.
+#: are copies of it. Their buffers have 8 entries, so requests flow back to back: with 4,
+#: admission waits for the buffers to drain after four requests, and the second lifetime's
+#: readout with both workers' writes comes at step 29, not 21.
 ONE_TILE = dataclasses.replace(PROOF_PARAMS, line_bits=PROOF_TILE_LANES)
-ONE_TILE_CONFIG = (f"{ONE_TILE.name}, one {PROOF_TILE_LANES}-bit tile, 4-entry buffers, "
-                   f"addresses below {2 ** ADDRESS_BITS}")
+DEEP_BUFFER_DEPTH = 8
+ONE_TILE_CONFIG = (f"{ONE_TILE.name}, one {PROOF_TILE_LANES}-bit tile, {DEEP_BUFFER_DEPTH}-entry "
+                   f"buffers, addresses below {2 ** ADDRESS_BITS}")
 #: The readouts' deep check has the traffic a slot's lifetimes need: requests to the window,
 #: the registers written before the first. The passthrough's traffic beside the folds and a
 #: change of configuration between requests are in the checks to CONTRACT_DEPTH.
@@ -177,8 +180,12 @@ def _group(group, **kwargs):
     return _controller(checks=("handshake", group), address_bits=ADDRESS_BITS, **kwargs)
 
 
+def _deep(group, **kwargs):
+    return _group(group, params=ONE_TILE, buffer_depth=DEEP_BUFFER_DEPTH, **kwargs)
+
+
 def _lifetimes(**kwargs):
-    return _group("aggregation", params=ONE_TILE, window_traffic=True, **kwargs)
+    return _deep("aggregation", window_traffic=True, **kwargs)
 
 
 def controller_proofs():
@@ -225,12 +232,12 @@ def controller_proofs():
         Proof("controller_contract_cover", "controller", PROOF_CONFIG, "cover",
               CONTRACT_DEPTH, _controller(checks=CONTRACT)),
         Proof("controller_responses_deep", "controller: responses", ONE_TILE_CONFIG, "bmc",
-              DEEP_DEPTH, _group("responses", params=ONE_TILE)),
+              DEEP_DEPTH, _deep("responses")),
         Proof("controller_registers_deep", "controller: registers", ONE_TILE_CONFIG, "bmc",
-              FLAGS_DEPTH, _group("registers", params=ONE_TILE)),
+              FLAGS_DEPTH, _deep("registers")),
         Proof("controller_deep_cover", "controller", ONE_TILE_CONFIG, "cover",
-              DEEP_COVER_DEPTH, _controller(ONE_TILE, checks=CONTRACT,
-                                            address_bits=ADDRESS_BITS, deep_covers=True)),
+              DEEP_COVER_DEPTH, _controller(ONE_TILE, DEEP_BUFFER_DEPTH, checks=CONTRACT,
+                                       address_bits=ADDRESS_BITS, deep_covers=True)),
         Proof("controller_aggregation_deep", "controller: aggregation", LIFETIME_CONFIG,
               "bmc", DEEP_DEPTH, _lifetimes()),
         Proof("controller_aggregation_deep_cover", "controller: aggregation", LIFETIME_CONFIG,

@@ -423,10 +423,12 @@ class ControllerSpec(Elaboratable):
         if reads:
             m.d.comb += Cover(running & errors_answered & (answered_value != 0))
         if self.deep_covers:
-            # The tracked slot read out in its second lifetime: its workers wrote it, it
-            # was read and cleared, they wrote it again, and it is read again.
+            # The tracked slot read out in its second lifetime: every worker (MAX_WORKERS
+            # of them) wrote it, it was read and cleared, every worker wrote it again, and
+            # it is read again.
             m.d.comb += Cover(running & readout_beat & (response.status == Status.OK)
-                              & (pair_of(response.data) != 0) & (e["lifetime"] == 1))
+                              & (pair_of(response.data) != 0) & (e["lifetime"] == 1)
+                              & (num_workers == p.max_workers))
             if reads:
                 # A fold's flag, raised at the tiles' flag stage, read from ERRORS (where
                 # the registers check compares it with the reference's).

@@ -96,8 +96,8 @@ def test_the_deep_covers_are_asked_for_by_the_deep_cover_proof():
 def test_the_readouts_deep_check_its_cover_and_its_bug_share_one_environment():
     """The second lifetime's readouts are checked, covered and shown to catch a bug on the
     same one-tile configuration with window traffic, to the depth that reaches them."""
-    from neuron_fabric.formal.catalogue import (_controller_block, DEEP_DEPTH,
-                                                PROOF_TILE_LANES)
+    from neuron_fabric.formal.catalogue import (_controller_block, DEEP_BUFFER_DEPTH,
+                                                DEEP_DEPTH, PROOF_TILE_LANES)
     from neuron_fabric.formal.controller import ControllerSpec
     with pytest.raises(TypeError, match="window_traffic must be a bool, not 'yes'"):
         ControllerSpec(controller=_controller_block(), checks=(), window_traffic="yes")
@@ -109,6 +109,7 @@ def test_the_readouts_deep_check_its_cover_and_its_bug_share_one_environment():
         spec = proof.spec()
         assert spec.window_traffic and spec.checks == {"handshake", "aggregation"}
         assert spec.dut.params.line_bits == PROOF_TILE_LANES
+        assert spec.dut.buffer_depth == DEEP_BUFFER_DEPTH
         assert proof.depth == DEEP_DEPTH and proof.config.startswith(lifetimes[0].config)
     assert [p.mode for p in lifetimes] == ["bmc", "cover", "bmc"]
     assert lifetimes[1].spec().deep_covers and lifetimes[2].bug == "clear_folded_onto"
