@@ -147,10 +147,9 @@ QUICK_DEPTH = 14
 #: write, the reset, the flags' stage (9 cycles after the write) and the read's 2 cycles.
 RESET_DEPTH = 22
 #: The deep checks: after the reset's sweep and the configuration, two lifetimes of the
-#: tracked slot (every worker writes it, it is read and cleared, every worker writes it again
-#: and it is read again, with any backpressure). The cover reaches the second readout's
-#: answer with both workers' writes at step 21; the checks go three steps past it (each step
-#: costs the solver about twice the one before).
+#: tracked slot (every worker writes it and it is read once a worker, the last read clearing
+#: it, twice, with any backpressure). The cover reaches the second lifetime's last answer at
+#: step 23 (each step costs the solver about twice the one before).
 DEEP_DEPTH = 24
 DEEP_COVER_DEPTH = 24
 #: The registers' deep checks: a fold's flags counted and read (the write, the tiles' flag
@@ -163,11 +162,12 @@ ADDRESS_BITS = 4
 DEEP_CONFIG = f"{PROOF_CONFIG}, addresses below {2 ** ADDRESS_BITS}"
 #: The deep checks run on lines of one tile, so that they fit `make formal`'s half hour:
 #: the tracked lane pair is in one tile, and the four tiles of the checks to CONTRACT_DEPTH
-#: are copies of it. Their buffers have 8 entries, so requests flow back to back: with 4,
-#: admission waits for the buffers to drain after four requests, and the second lifetime's
-#: readout with both workers' writes comes at step 29, not 21.
+#: are copies of it. Their buffers have the shipped 16 entries, so requests flow back to
+#: back: with 4, admission waits for the buffers to drain after four requests, and two
+#: lifetimes take more steps (the second readout with both workers' writes comes at step 29,
+#: not 21).
 ONE_TILE = dataclasses.replace(PROOF_PARAMS, line_bits=PROOF_TILE_LANES)
-DEEP_BUFFER_DEPTH = 8
+DEEP_BUFFER_DEPTH = 16
 ONE_TILE_CONFIG = (f"{ONE_TILE.name}, one {PROOF_TILE_LANES}-bit tile, {DEEP_BUFFER_DEPTH}-entry "
                    f"buffers, addresses below {2 ** ADDRESS_BITS}")
 #: The readouts' deep check has the traffic a slot's lifetimes need: requests to the window,

@@ -223,6 +223,19 @@ class ControllerSpec(Elaboratable):
         lifetime = Signal(2)
         with m.If(clears & (lifetime != 3)):
             m.d.sync += lifetime.eq(lifetime + 1)
+        # Its READ and READ_CLEAR readouts in this lifetime, the one that ends it included,
+        # and whether each lifetime it ended had NUM_WORKERS of them: one a worker (a read
+        # answers whoever asks).
+        read_outs = Signal(range(p.max_workers + 1))
+        each_read = Signal(init=1)
+        read_out_now = (taken & tracked & reads_out
+                        & ((request.op == Op.READ) | (request.op == Op.READ_CLEAR)))
+        read_outs_now = Mux(read_outs == p.max_workers, read_outs, read_outs + read_out_now)
+        every_worker_read = read_outs_now >= num_workers
+        with m.If(clears):
+            m.d.sync += [read_outs.eq(0), each_read.eq(each_read & every_worker_read)]
+        with m.Else():
+            m.d.sync += read_outs.eq(read_outs_now)
 
         bits = pair_of(request.data)
         lanes_fill = lanes_can_fill(max_workers=p.max_workers, counter_bits=p.counter_bits)
@@ -285,7 +298,8 @@ class ControllerSpec(Elaboratable):
             ("tracked", 1), ("status", len(Value.cast(status))), ("lines", len(line_count)),
             ("readout", 1), ("memory_read", 1), ("to_memory", 1), ("write", 1),
             ("memory_index", COUNT_BITS), ("read_index", COUNT_BITS), ("addr", ADDR_BITS),
-            ("data", p.line_bits), ("lifetime", 2), ("filled", 1))}
+            ("data", p.line_bits), ("lifetime", 2), ("filled", 1), ("clears", 1),
+            ("each_read", 1))}
         expected_beats = Array(Signal(2, name=f"expect_beat_{k}") for k in range(most_lines))
         with m.If(taken & (taken_count == tag)):
             m.d.sync += [
@@ -295,7 +309,8 @@ class ControllerSpec(Elaboratable):
                 e["to_memory"].eq(to_memory), e["write"].eq(is_write),
                 e["memory_index"].eq(memory_taken), e["read_index"].eq(reads_taken),
                 e["addr"].eq(request.addr), e["data"].eq(request.data),
-                e["lifetime"].eq(lifetime), e["filled"].eq(filled),
+                e["lifetime"].eq(lifetime), e["filled"].eq(filled), e["clears"].eq(clears),
+                e["each_read"].eq(each_read & every_worker_read),
             ]
             m.d.sync += [expected_beats[k].eq(beats[k]) for k in range(most_lines)]
 
@@ -423,12 +438,11 @@ class ControllerSpec(Elaboratable):
         if reads:
             m.d.comb += Cover(running & errors_answered & (answered_value != 0))
         if self.deep_covers:
-            # The tracked slot read out in its second lifetime: every worker (MAX_WORKERS
-            # of them) wrote it, it was read and cleared, every worker wrote it again, and
-            # it is read again.
+            # The tracked slot's second lifetime ends: every worker (MAX_WORKERS of them)
+            # wrote it and it was read once a worker, the last read clearing it, twice.
             m.d.comb += Cover(running & readout_beat & (response.status == Status.OK)
                               & (pair_of(response.data) != 0) & (e["lifetime"] == 1)
-                              & (num_workers == p.max_workers))
+                              & e["clears"] & e["each_read"] & (num_workers == p.max_workers))
             if reads:
                 # A fold's flag, raised at the tiles' flag stage, read from ERRORS (where
                 # the registers check compares it with the reference's).
