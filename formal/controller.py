@@ -68,9 +68,9 @@ class ControllerSpec(Elaboratable):
     memory addressed alike; the reference keeps one slot's lanes). ``resets`` lets reset
     come in any cycle (the *reset* group) instead of only the first; ``address_bits``,
     when given, keeps line addresses and window bases below ``2**address_bits``;
-    ``deep_covers`` adds the covers only deeper checks reach: a readout of the tracked slot
-    after it was read, cleared and written again by its workers (its second lifetime),
-    and a fold's INVALID_CODE flag read from ERRORS. ``window_traffic`` narrows the
+    ``deep_covers`` adds the covers only deeper checks reach: the end of the tracked slot's
+    second lifetime, every worker having written it and read it in both lifetimes, and a
+    fold's INVALID_CODE flag read from ERRORS. ``window_traffic`` narrows the
     environment to what a slot's lifetimes need: every request is one the window claims,
     and the registers are written only before the first request (the passthrough's
     traffic and a change of configuration between requests are left to other checks).
