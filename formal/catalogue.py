@@ -237,7 +237,7 @@ def controller_proofs():
               FLAGS_DEPTH, _deep("registers")),
         Proof("controller_deep_cover", "controller", ONE_TILE_CONFIG, "cover",
               DEEP_COVER_DEPTH, _controller(ONE_TILE, DEEP_BUFFER_DEPTH, checks=CONTRACT,
-                                       address_bits=ADDRESS_BITS, deep_covers=True)),
+                                            address_bits=ADDRESS_BITS, deep_covers=True)),
         Proof("controller_aggregation_deep", "controller: aggregation", LIFETIME_CONFIG,
               "bmc", DEEP_DEPTH, _lifetimes()),
         Proof("controller_aggregation_deep_cover", "controller: aggregation", LIFETIME_CONFIG,
