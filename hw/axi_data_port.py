@@ -51,12 +51,13 @@ def item_layout(*, params, id_width):
 def burst_layout(*, params, id_width):
     """The burst held: where its next item goes, the items ``left`` after it (less one),
     and whether it is the ``final`` one; ``per_beat``: an item a beat (a write, an INCR
-    read), else one item for all the beats."""
+    read), else one item for all the beats, and then ``left`` keeps the burst's AxLEN (the
+    beats that item owes, less one)."""
     return data.StructLayout({
         "line": unsigned(ADDR_BITS), "worker": unsigned(params.worker_bits),
-        "id": unsigned(id_width), "left": unsigned(LEN_BITS), "len": unsigned(LEN_BITS),
-        "final": unsigned(1), "write": unsigned(1), "clear": unsigned(1), "fixed": unsigned(1),
-        "per_beat": unsigned(1), "refused": unsigned(1)})
+        "id": unsigned(id_width), "left": unsigned(LEN_BITS), "final": unsigned(1),
+        "write": unsigned(1), "clear": unsigned(1), "fixed": unsigned(1), "per_beat": unsigned(1),
+        "refused": unsigned(1)})
 
 
 class AxiDataPort(wiring.Component):
@@ -220,8 +221,8 @@ class AxiDataPort(wiring.Component):
             payload.tag.id.eq(burst.id),
             payload.tag.native.eq(~burst.refused),
             payload.tag.last.eq(burst.final),
-            payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.len)),
-            payload.tag.one.eq(burst.per_beat | (burst.len == 0)),
+            payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.left)),
+            payload.tag.one.eq(burst.per_beat | (burst.left == 0)),
         ]
         # The line goes up within its 4 KB page: AXI keeps an INCR burst inside one.
         page_lines = PAGE_BITS - line_size(self.params.line_bits)
@@ -236,7 +237,7 @@ class AxiDataPort(wiring.Component):
             m.d.sync += [
                 held.eq(1), reads_turn.eq(1),
                 burst.line.eq(aw_address.line), burst.worker.eq(self._worker(aw_address, axi.awid)),
-                burst.id.eq(axi.awid), burst.left.eq(axi.awlen), burst.len.eq(axi.awlen),
+                burst.id.eq(axi.awid), burst.left.eq(axi.awlen),
                 burst.final.eq(axi.awlen == 0), burst.write.eq(1), burst.clear.eq(0),
                 burst.fixed.eq(axi.awburst == Burst.FIXED), burst.per_beat.eq(1),
                 burst.refused.eq(refused),
@@ -247,7 +248,7 @@ class AxiDataPort(wiring.Component):
             m.d.sync += [
                 held.eq(1), reads_turn.eq(0),
                 burst.line.eq(ar_address.line), burst.id.eq(axi.arid),
-                burst.left.eq(axi.arlen), burst.len.eq(axi.arlen),
+                burst.left.eq(axi.arlen),
                 burst.final.eq(~per_beat | (axi.arlen == 0)), burst.write.eq(0),
                 burst.clear.eq(ar_address.clear), burst.fixed.eq(0),
                 burst.per_beat.eq(per_beat), burst.refused.eq(refused),
@@ -268,7 +269,9 @@ class AxiDataPort(wiring.Component):
         tag_room = Signal()
         joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
         advance = joinable & req.ready
-        m.d.sync += tag_room.eq((tags.level < self.max_requests - 3) | (tag_room & ~advance))
+        # (The level's few values are matched, not compared: no carry chain.)
+        near_full = tags.level.matches(*range(self.max_requests - 3, self.max_requests + 1))
+        m.d.sync += tag_room.eq(~near_full | (tag_room & ~advance))
         m.d.comb += [
             req.valid.eq(joinable & native),
             req.payload.op.eq(head.op), req.payload.addr.eq(head.addr),
@@ -301,6 +304,19 @@ class AxiDataPort(wiring.Component):
         pop = Signal()
         m.d.comb += tags.r_en.eq(pop)
 
+        # R's and B's payloads are the head's whatever their VALID, so no gate stands
+        # between them and their registers; a VALID says which one counts.
+        r_status = Mux(padding, Status.BAD_REQUEST, resp.payload.status)
+        cut = ~padding & final & ~resp.payload.last     # a readout longer than its beats
+        b_status = Mux(head.native, resp.payload.status, Status.BAD_REQUEST)
+        burst_status = Mux(first_error != Status.OK, first_error, b_status)
+        m.d.comb += [
+            axi.rid.eq(head.id), axi.ruser.eq(r_status), axi.rlast.eq(head.last & final),
+            axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(r_status))),
+            axi.bid.eq(head.id), axi.buser.eq(burst_status),
+            axi.bresp.eq(status_resp(burst_status)),
+        ]
+
         # A padding beat carries zeros, not whatever line waits in the response buffer
         # (another request's): RDATA is chosen against zero in the LUT that picks the
         # buffer's entry. Each group of ZERO_GROUP_BITS line bits has its own copy of the
@@ -323,16 +339,8 @@ class AxiDataPort(wiring.Component):
             # A refused burst: a cycle to raise the padding flag, then its beats.
             m.d.comb += padding_next.eq(1)
         with m.Elif(tags.r_rdy & head.read):
-            status = Mux(padding, Status.BAD_REQUEST, resp.payload.status)
-            cut = ~padding & final & ~resp.payload.last
-            m.d.comb += [
-                axi.rvalid.eq(padding | resp.valid),
-                axi.rid.eq(head.id),
-                axi.ruser.eq(status),
-                axi.rresp.eq(Mux(cut, Resp.SLVERR, status_resp(status))),
-                axi.rlast.eq(head.last & final),
-                resp.ready.eq(~padding & axi.rready),
-            ]
+            m.d.comb += [axi.rvalid.eq(padding | resp.valid),
+                         resp.ready.eq(~padding & axi.rready)]
             with m.If((padding | resp.valid) & axi.rready):
                 m.d.sync += [sent.eq(sent + 1), first.eq(0),
                              next_final.eq(sent + 1 == head.beats)]
@@ -342,16 +350,9 @@ class AxiDataPort(wiring.Component):
                     m.d.comb += [padding_next.eq(0), pop.eq(~cut)]
                     m.d.sync += [sent.eq(0), first.eq(1), draining.eq(cut)]
         with m.Elif(tags.r_rdy):
-            status = Mux(head.native, resp.payload.status, Status.BAD_REQUEST)
-            burst_status = Mux(first_error != Status.OK, first_error, status)
             answered = ~head.native | resp.valid
-            m.d.comb += [
-                axi.bvalid.eq(answered & head.last),
-                axi.bid.eq(head.id),
-                axi.buser.eq(burst_status),
-                axi.bresp.eq(status_resp(burst_status)),
-                resp.ready.eq(head.native & (~head.last | axi.bready)),
-            ]
+            m.d.comb += [axi.bvalid.eq(answered & head.last),
+                         resp.ready.eq(head.native & (~head.last | axi.bready))]
             with m.If(answered & (~head.last | axi.bready)):
                 m.d.comb += pop.eq(1)
                 m.d.sync += first_error.eq(Mux(head.last, Status.OK, burst_status))

@@ -73,10 +73,12 @@ class AxiMemoryPort(wiring.Component):
         m = Module()
         req, axi = self.i_req, self.m_axi
         size = line_size(self.line_bits)
-        writes = Signal(range(self.max_writes + 1))     # waiting for B
-        reads = Signal(range(self.max_reads + 1))       # waiting for data
-        # Whether a write or a read may go out, registered from the counts after this
-        # cycle, so that the counters never reach the controller's memory pop.
+        # Writes waiting for B or reads waiting for data, never both (the rule below): one
+        # count serves, with the direction it counts.
+        waiting = Signal(range(max(self.max_writes, self.max_reads) + 1))
+        reading = Signal()      # the transactions waiting are reads
+        # Whether a write or a read may go out, registered from the count after this
+        # cycle, so that the counter never reaches the controller's memory pop.
         may_write, may_read = Signal(init=1), Signal(init=1)
         aw_sent = Signal()      # this write's AW is taken, its W not yet
         w_sent = Signal()       # this write's W is taken, its AW not yet
@@ -123,11 +125,12 @@ class AxiMemoryPort(wiring.Component):
             self.o_data.valid.eq(axi.rvalid), self.o_data.payload.eq(axi.rdata),
             axi.rready.eq(self.o_data.ready),
         ]
-        writes_next = Signal.like(writes)
-        reads_next = Signal.like(reads)
-        m.d.comb += [writes_next.eq(writes + wrote - axi.bvalid),
-                     reads_next.eq(reads + read - returned)]
-        m.d.sync += [writes.eq(writes_next), reads.eq(reads_next),
-                     may_write.eq((reads_next == 0) & (writes_next != self.max_writes)),
-                     may_read.eq((writes_next == 0) & (reads_next != self.max_reads))]
+        waiting_next = Signal.like(waiting)
+        reading_next = Signal()
+        m.d.comb += [waiting_next.eq(waiting + (wrote | read) - (axi.bvalid | returned)),
+                     reading_next.eq(Mux(wrote | read, read, reading))]
+        idle = waiting_next == 0
+        m.d.sync += [waiting.eq(waiting_next), reading.eq(reading_next),
+                     may_write.eq(idle | (~reading_next & (waiting_next != self.max_writes))),
+                     may_read.eq(idle | (reading_next & (waiting_next != self.max_reads)))]
         return m

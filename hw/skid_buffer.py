@@ -16,10 +16,11 @@ class SkidBuffer(wiring.Component):
 
     Two entries, written in turn, read in turn; the output's payload is the entry the read
     pointer names. The entry the write pointer names loads the input's payload while one
-    is free, taken or not, so its enable starts at flip-flops; only the pointers and the
-    flags (four flip-flops, and a copy of the pointers and the free flag a group) see a
-    transfer. So the output's ``ready`` reaches the read pointer and the flags, never the
-    payload's flip-flops, and the input's ``valid`` never reaches them either.
+    is free, taken or not, so its enable is a flip-flop; only the pointers and the flags
+    (four flip-flops, and a group's copies of the entries' enables and the read pointer)
+    see a transfer. So the output's ``ready`` reaches the read pointer and the flags, never
+    the payload's flip-flops, and the input's ``valid`` never reaches them either. The
+    copies load values formed once, so each is a flip-flop and no gate.
 
     With ``registered_output`` the output's payload is a register of its own, the head,
     and the second entry a spare: the head loads the spare, or else the input, while it is
@@ -36,9 +37,9 @@ class SkidBuffer(wiring.Component):
     shape : shape-like
         The payload.
     group_bits : int or None
-        Payload bits whose entries' enables and output choice one copy of the pointers
-        drives; ``None``: one copy for the whole payload. A wide payload takes a copy a group,
-        so that no pointer reaches every bit.
+        Payload bits whose entries' enables and output choice one group's copies drive;
+        ``None``: one group for the whole payload. A wide payload takes copies a group, so
+        that no flip-flop reaches every bit.
     registered_output : bool
         The output's payload from a head register (``True``) or chosen between the two
         entries (``False``, default).
@@ -76,26 +77,29 @@ class SkidBuffer(wiring.Component):
         with m.Elif(pop & ~push):
             m.d.sync += [full.eq(0), self.o.valid.eq(full)]
 
+        # The entry written next and the one read next, each moved by its side's transfer.
+        write, read = Signal(), Signal()
+        with m.If(push):
+            m.d.sync += write.eq(~write)
+        with m.If(pop):
+            m.d.sync += read.eq(~read)
+        # After this cycle's transfers: whether the entry written next is free, and so
+        # which entry loads the input.
+        free_next = ~Mux(push & ~pop, self.o.valid, Mux(pop & ~push, 0, full))
+        write_next = write ^ push
+        load_next = [free_next & ~write_next, free_next & write_next]
+
         payload = Value.cast(self.i.payload)
         width = len(payload)
         step = self.group_bits or max(width, 1)
         outputs = []
         for g, low in enumerate(range(0, width, step)):
             bits = payload[low:low + step]
-            # The entry written next, the one read next, and whether one is free: a copy a
-            # group, each moved as the first is.
-            write = Signal(name=f"write_{g}", attrs=KEEP)
-            read = Signal(name=f"read_{g}", attrs=KEEP)
-            free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
-            with m.If(push):
-                m.d.sync += write.eq(~write)
-            with m.If(pop):
-                m.d.sync += read.eq(~read)
-            with m.If(push & ~pop & self.o.valid):
-                m.d.sync += free.eq(0)
-            with m.Elif(pop & ~push):
-                m.d.sync += free.eq(1)
+            # A group's copies (of the free flag; or of the entries' enables and the read
+            # pointer) load values formed once, above: a copy is a flip-flop, no gate.
             if self.registered_output:
+                free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
+                m.d.sync += free.eq(free_next)
                 head = Signal(len(bits), name=f"head_{g}")
                 spare = Signal(len(bits), name=f"spare_{g}")
                 with m.If(free):
@@ -105,12 +109,15 @@ class SkidBuffer(wiring.Component):
                     m.d.sync += head.eq(Mux(free, bits, spare))
                 outputs.append(head)
                 continue
+            loads = [Signal(name=f"load_{k}_{g}", init=k == 0, attrs=KEEP) for k in range(2)]
+            read_copy = Signal(name=f"read_{g}", attrs=KEEP)
+            with m.If(pop):
+                m.d.sync += read_copy.eq(~read)
             entries = [Signal(len(bits), name=f"entry_{k}_{g}") for k in range(2)]
-            with m.If(free):
-                with m.If(write):
-                    m.d.sync += entries[1].eq(bits)
-                with m.Else():
-                    m.d.sync += entries[0].eq(bits)
-            outputs.append(Mux(read, entries[1], entries[0]))
+            for load, entry, after in zip(loads, entries, load_next):
+                m.d.sync += load.eq(after)
+                with m.If(load):
+                    m.d.sync += entry.eq(bits)
+            outputs.append(Mux(read_copy, entries[1], entries[0]))
         m.d.comb += Value.cast(self.o.payload).eq(Cat(outputs))
         return m
