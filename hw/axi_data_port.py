@@ -269,7 +269,7 @@ class AxiDataPort(wiring.Component):
         tag_room = Signal()
         joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
         advance = joinable & req.ready
-        # (The level's few values are matched, not compared: no carry chain.)
+        # (The level's last four values are matched, not compared: a shorter carry chain.)
         near_full = tags.level.matches(*range(self.max_requests - 3, self.max_requests + 1))
         m.d.sync += tag_room.eq(~near_full | (tag_room & ~advance))
         m.d.comb += [
