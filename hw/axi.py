@@ -18,10 +18,12 @@ from ..golden.params import ADDR_BITS
 from ..golden.validate import check_int
 
 __all__ = ["Resp", "Burst", "WorkerFrom", "Axi4Signature", "AxiLiteSignature",
-           "data_address_layout", "status_resp", "line_size", "LEN_BITS"]
+           "data_address_layout", "status_resp", "line_size", "LEN_BITS", "FIXED_BEATS"]
 
 #: Width of AxLEN: a burst is 1 to 256 beats.
 LEN_BITS = 8
+#: Beats of a FIXED burst at most: AXI4 allows 1 to 16.
+FIXED_BEATS = 16
 
 
 class Resp(enum.IntEnum):

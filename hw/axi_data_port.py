@@ -9,8 +9,8 @@ from amaranth.lib.wiring import In, Out
 from ..golden.controller import Op, Status
 from ..golden.params import ADDR_BITS, FabricParams
 from ..golden.validate import check_int
-from .axi import (LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom, data_address_layout,
-                  line_size, status_resp)
+from .axi import (FIXED_BEATS, LEN_BITS, Axi4Signature, Burst, Resp, WorkerFrom,
+                  data_address_layout, line_size, status_resp)
 from .lane_logic import KEEP
 from .layouts import request_layout, response_layout
 from .skid_buffer import SkidBuffer
@@ -22,19 +22,21 @@ __all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GRO
 ZERO_GROUP_BITS = 64
 #: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
 PAGE_BITS = 12
+#: Bits of the R beats one item owes, less one: a FIXED read's, at most FIXED_BEATS.
+BEATS_BITS = (FIXED_BEATS - 1).bit_length()
 
 
 def tag_layout(*, id_width):
     """What the response side must know of each request, in request order: whether it is a
     read, its burst's ID, whether the controller answers it (``native``; a refused beat or
     burst is answered here), whether it ends its burst, ``beats``: the R beats it owes,
-    less one, and whether that is ``one`` beat."""
+    less one (only a FIXED read owes more than one), and whether that is ``one`` beat."""
     return data.StructLayout({
         "read": unsigned(1),
         "id": unsigned(id_width),
         "native": unsigned(1),
         "last": unsigned(1),
-        "beats": unsigned(LEN_BITS),
+        "beats": unsigned(BEATS_BITS),
         "one": unsigned(1),
     })
 
@@ -50,9 +52,9 @@ def item_layout(*, params, id_width):
 
 def burst_layout(*, params, id_width):
     """The burst held: where its next item goes, the items ``left`` after it (less one),
-    and whether it is the ``final`` one; ``per_beat``: an item a beat (a write, an INCR
-    read), else one item for all the beats, and then ``left`` keeps the burst's AxLEN (the
-    beats that item owes, less one)."""
+    and whether it is the ``final`` one; ``per_beat``: an item a beat (a write, an INCR or
+    refused read), else one item for all the beats (a FIXED read), and then ``left`` keeps
+    the burst's AxLEN (the beats that item owes, less one)."""
     return data.StructLayout({
         "line": unsigned(ADDR_BITS), "worker": unsigned(params.worker_bits),
         "id": unsigned(id_width), "left": unsigned(LEN_BITS), "final": unsigned(1),
@@ -77,23 +79,24 @@ class AxiDataPort(wiring.Component):
     with SLVERR beats (RUSER BAD_REQUEST, data zero).
     **Refused here**, never reaching the controller, answered SLVERR with BAD_REQUEST in
     xUSER: a burst that is not whole lines (AxSIZE), not INCR or FIXED, not at a line's
-    first byte, or a write at the ``clear`` alias; a W beat whose WSTRB is not all ones. A
-    refused read burst's beats are zero lines, after a cycle.
+    first byte, a FIXED burst of more than 16 beats (AXI4 allows no more), or a write at
+    the ``clear`` alias; a W beat whose WSTRB is not all ones. A refused read burst's beats
+    are zero lines, each after a cycle.
 
-    **Throughput**: one request a clock; AW and AR take turns at the one burst held
-    (writes and reads waiting alike alternate by burst). **Latency**: two cycles, one a
-    :class:`~.skid_buffer.SkidBuffer`: items wait in one between the bursts and the join
-    with W, so W and the controller's admission reach no burst counter, and the request's
-    narrow fields leave from its head register; a write's line is its W beat, held in the
-    W channel until the controller takes it (WREADY is the admission of a write's item).
-    Responses wait in a second between the controller and R and B, so that RREADY and
-    BREADY never reach the controller's response pop, and R leaves from its entries
-    through a LUT a bit that zeros a padding beat. **Order**: responses leave in
-    the order the requests were taken, whatever their IDs (AXI asks it only of one ID), so
-    a stalled R holds B behind it and the reverse. A write burst's items wait at the
-    buffer's head for their W beats, reads behind them too. At most ``max_requests - 1``
-    requests are unanswered. An INCR burst's line address counts within its 4 KB page, as
-    AXI keeps a burst inside one.
+    **Throughput**: one request a clock (a refused read beat, one in two); AW and AR take
+    turns at the one burst held (writes and reads waiting alike alternate by burst).
+    **Latency**: two cycles, one a :class:`~.skid_buffer.SkidBuffer`: items wait in one
+    between the bursts and the join with W, so W and the controller's admission reach no
+    burst counter, and the request's narrow fields leave from its head register; a write's
+    line is its W beat, held in the W channel until the controller takes it (WREADY is the
+    admission of a write's item). Responses wait in a second between the controller and R
+    and B, so that RREADY and BREADY never reach the controller's response pop, and R
+    leaves from its entries through a LUT a bit that zeros a padding beat. **Order**:
+    responses leave in the order the requests were taken, whatever their IDs (AXI asks it
+    only of one ID), so a stalled R holds B behind it and the reverse. A write burst's
+    items wait at the buffer's head for their W beats, reads behind them too. At most
+    ``max_requests - 1`` requests are unanswered. An INCR burst's line address counts
+    within its 4 KB page, as AXI keeps a burst inside one.
     Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
     held or as its last item leaves; WREADY only for a beat that is taken; BVALID, RVALID
     and their payloads from the response buffer and the head tag, held until taken; one B
@@ -165,11 +168,13 @@ class AxiDataPort(wiring.Component):
             return address.worker
         return axid[self.id_width - self.params.worker_bits:]
 
-    def _refused(self, address, size, burst):
-        """Whether an address phase is not one the controller can take."""
+    def _refused(self, address, size, burst, length):
+        """Whether an address phase is not one the controller can take (or AXI4 allows:
+        a FIXED burst of more than FIXED_BEATS beats)."""
+        too_long = (burst == Burst.FIXED) & (length[BEATS_BITS:] != 0)
         return ((size != line_size(self.params.line_bits))
                 | ~((burst == Burst.INCR) | (burst == Burst.FIXED))
-                | (address.offset != 0))
+                | (address.offset != 0) | too_long)
 
     def elaborate(self, platform):
         m = Module()
@@ -221,7 +226,7 @@ class AxiDataPort(wiring.Component):
             payload.tag.id.eq(burst.id),
             payload.tag.native.eq(~burst.refused),
             payload.tag.last.eq(burst.final),
-            payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.left)),
+            payload.tag.beats.eq(Mux(burst.per_beat, 0, burst.left[:BEATS_BITS])),
             payload.tag.one.eq(burst.per_beat | (burst.left == 0)),
         ]
         # The line goes up within its 4 KB page: AXI keeps an INCR burst inside one.
@@ -233,7 +238,8 @@ class AxiDataPort(wiring.Component):
             with m.If(burst.final):
                 m.d.sync += held.eq(0)
         with m.If(axi.awvalid & axi.awready):
-            refused = self._refused(aw_address, axi.awsize, axi.awburst) | aw_address.clear
+            refused = (self._refused(aw_address, axi.awsize, axi.awburst, axi.awlen)
+                       | aw_address.clear)
             m.d.sync += [
                 held.eq(1), reads_turn.eq(1),
                 burst.line.eq(aw_address.line), burst.worker.eq(self._worker(aw_address, axi.awid)),
@@ -243,8 +249,8 @@ class AxiDataPort(wiring.Component):
                 burst.refused.eq(refused),
             ]
         with m.If(axi.arvalid & axi.arready):
-            refused = self._refused(ar_address, axi.arsize, axi.arburst)
-            per_beat = (axi.arburst != Burst.FIXED) & ~refused
+            refused = self._refused(ar_address, axi.arsize, axi.arburst, axi.arlen)
+            per_beat = (axi.arburst != Burst.FIXED) | refused
             m.d.sync += [
                 held.eq(1), reads_turn.eq(0),
                 burst.line.eq(ar_address.line), burst.id.eq(axi.arid),
@@ -292,7 +298,7 @@ class AxiDataPort(wiring.Component):
         axi = self.s_axi
         # ---- Answers, in request order: the head tag says where the next one goes.
         head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
-        sent = Signal(LEN_BITS)     # R beats of the head's request sent
+        sent = Signal(BEATS_BITS)   # R beats of the head's request sent
         # Whether the next beat is the head's last, from flip-flops: the tag's `one` before
         # its first beat, then the count's comparison, registered as each beat goes.
         first = Signal(init=1)      # no beat of the head's request sent yet
@@ -336,7 +342,7 @@ class AxiDataPort(wiring.Component):
                 m.d.comb += pop.eq(1)
                 m.d.sync += [draining.eq(0), sent.eq(0), first.eq(1)]
         with m.Elif(tags.r_rdy & head.read & ~head.native & ~padding):
-            # A refused burst: a cycle to raise the padding flag, then its beats.
+            # A refused beat: a cycle to raise the padding flag, then the beat.
             m.d.comb += padding_next.eq(1)
         with m.Elif(tags.r_rdy & head.read):
             m.d.comb += [axi.rvalid.eq(padding | resp.valid),

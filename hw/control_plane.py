@@ -203,11 +203,12 @@ class ControlPlane(wiring.Component):
         request = self.i_req.payload
         admit = self.i_req.valid & self.i_req.ready
         q_valid = Signal()
+        q_reads = Signal()      # a READ or READ_CLEAR is at stage 1
         q_op = Signal(Shape.cast(Op), reset_less=True)
         q_addr = Signal(ADDR_BITS, reset_less=True)
         q_worker = Signal(p.worker_bits, reset_less=True)
-        m.d.sync += [q_valid.eq(admit), q_op.eq(request.op), q_addr.eq(request.addr),
-                     q_worker.eq(request.worker)]
+        m.d.sync += [q_valid.eq(admit), q_reads.eq(admit & (request.op != Op.WRITE)),
+                     q_op.eq(request.op), q_addr.eq(request.addr), q_worker.eq(request.worker)]
         claimed = C(0, 1)
         row, config_ok, lines = C(0, 1), C(0, 1), C(1, 1)
         route, readout = C(0, Shape.cast(Route)), C(0, Shape.cast(Readout))
@@ -260,23 +261,28 @@ class ControlPlane(wiring.Component):
         return SimpleNamespace(valid=q_valid, op=q_op, addr=q_addr, worker=q_worker,
                                claimed=q_claimed, row=q_row, route=q_route, readout=q_readout,
                                config_ok=q_config_ok, lines=q_lines,
-                               # The same fact, from the windows' standing facts: admission
-                               # waits on it.
-                               multi=q_valid & (q_op != Op.WRITE) & multi)
+                               # The same fact, from the windows' standing facts and
+                               # flip-flops only: admission waits on it.
+                               multi=q_reads & multi)
 
     def _beats(self, m, claim):
         """Stage 1: the later lines of a readout, one word each after it (``left``: still to
         issue; ``next``: the next one's number; ``lines``: the readout's)."""
         most_lines = self.readout_lines
         beats_left = Signal(range(most_lines))     # later lines still to issue
+        left_next = Signal.like(beats_left)         # and after this cycle
         next_beat = Signal(range(max(2, most_lines)))
         read_lines = Signal(range(most_lines + 1))
+        m.d.comb += left_next.eq(beats_left)
         with m.If(claim.multi):
-            m.d.sync += [beats_left.eq(claim.lines - 1), next_beat.eq(1),
-                         read_lines.eq(claim.lines)]
+            m.d.comb += left_next.eq(claim.lines - 1)
+            m.d.sync += [next_beat.eq(1), read_lines.eq(claim.lines)]
         with m.Elif(beats_left != 0):
-            m.d.sync += [beats_left.eq(beats_left - 1), next_beat.eq(next_beat + 1)]
-        return SimpleNamespace(left=beats_left, next=next_beat, lines=read_lines)
+            m.d.comb += left_next.eq(beats_left - 1)
+            m.d.sync += next_beat.eq(next_beat + 1)
+        m.d.sync += beats_left.eq(left_next)
+        return SimpleNamespace(left=beats_left, left_next=left_next, next=next_beat,
+                               lines=read_lines)
 
     def _sweep(self, m, regs, claim, beats):
         """Stage 1: the clearing sweep. Reset, CLEAR_SLOTS and window writes mark windows to
@@ -292,26 +298,28 @@ class ControlPlane(wiring.Component):
             | Cat(getattr(regs.fields, written_port(self.regmap[window_register(w, name)]))
                   for name in ("BASE", "SIZE", "CONFIG")).any()
             for w in range(p.num_windows))
-        next_pending = Signal(p.num_windows)
-        m.d.comb += next_pending.eq(clear_pending | requested)
+        # The marks and the flag after this cycle.
+        pending_next = Signal(p.num_windows)
+        sweeping_next = Signal()
+        marked = clear_pending | requested
+        m.d.comb += [pending_next.eq(marked), sweeping_next.eq(sweeping)]
         with m.If(sweeping):
             m.d.sync += sweep_slot.eq(sweep_slot + 1)
             with m.If(sweep_slot == p.depth - 1):
-                m.d.sync += [sweeping.eq(0), sweep_slot.eq(0)]
-            m.d.sync += clear_pending.eq(next_pending)
+                m.d.comb += sweeping_next.eq(0)
+                m.d.sync += sweep_slot.eq(0)
         with m.Elif(clear_pending.any() & ~claim.valid & (beats.left == 0)):
             # Start on the lowest marked window; unmark it now, so a request that comes in
             # during its sweep marks it again.
-            m.d.sync += sweeping.eq(1)
             for w in reversed(range(p.num_windows)):
                 with m.If(clear_pending[w]):
                     m.d.sync += sweep_window.eq(w)
             lowest = Signal(p.num_windows)
-            m.d.comb += lowest.eq(clear_pending & -clear_pending)
-            m.d.sync += clear_pending.eq(next_pending & ~lowest)
-        with m.Else():
-            m.d.sync += clear_pending.eq(next_pending)
+            m.d.comb += [lowest.eq(clear_pending & -clear_pending),
+                         sweeping_next.eq(1), pending_next.eq(marked & ~lowest)]
+        m.d.sync += [clear_pending.eq(pending_next), sweeping.eq(sweeping_next)]
         return SimpleNamespace(pending=clear_pending, sweeping=sweeping,
+                               busy_next=pending_next.any() | sweeping_next,
                                row=sweep_window * p.depth + sweep_slot)
 
     # ---------------------------------------------------------------- 2: word
@@ -690,10 +698,11 @@ class ControlPlane(wiring.Component):
         where its line count is registered, so the window claim never reaches the counters;
         admission adds the requests of the two cycles before it (a request just taken is
         single-line, or ready would be low). The status stage hands back what a word will
-        not use; a pop hands back what it used. Admission compares a cycle ahead, from
-        registers only, against every amount it may add, and then picks one answer: what
-        comes back in that cycle is seen a cycle late, so neither port's ready reaches
-        `i_req.ready`."""
+        not use; a pop hands back what it used, seen a cycle late, so neither port's ready
+        reaches ``i_req.ready``. Everything admission asks but the claim stage's multi-line
+        test is answered a cycle ahead and registered, twice: with a request at the claim
+        stage and without. In its cycle admission only picks one answer and adds that test,
+        two LUT levels from flip-flops, as an AXI adapter's item buffer needs them."""
         D, most_lines, d, s = self.buffer_depth, self.readout_lines, word.d, word.s
         response_used = Signal(range(D + 1))
         memory_used = Signal(range(D + 1))
@@ -705,23 +714,24 @@ class ControlPlane(wiring.Component):
             memory_used.eq(memory_used + d["request"] - (st.request & ~st.to_memory)
                            - (self.o_mem.valid & self.o_mem.ready)),
         ]
-        # response_room[k]: k more lines fit beside the longest readout; memory_room[k]: k
-        # more requests fit, each against the counts before this cycle's hand-backs.
-        response_room = Signal(most_lines + 2)
-        memory_room = Signal(3)
-        m.d.sync += [response_room.eq(_room(response_used, response_added, most_lines,
-                                            D - most_lines, most_lines + 2)),
-                     memory_room.eq(_room(memory_used, d["request"], 1, D - 1, 3))]
-        has_room = (Array(response_room)[response_added + claim.valid]
-                    & Array(memory_room)[d["request"] + claim.valid])
+        # A cycle ahead, against the counts before this cycle's hand-backs: response_room[k]
+        # says k more lines fit beside the longest readout; memory_room[k], k more requests.
+        response_room = _room(response_used, response_added, most_lines, D - most_lines,
+                              most_lines + 2)
+        memory_room = _room(memory_used, d["request"], 1, D - 1, 3)
+        # What the word stage adds next cycle: the request now at the claim stage.
+        response_next = Mux(claim.valid, claim.lines, 0)
         # A register write's side effects (a window's clear, a field's new value) reach the
         # request stage the cycle after its strobe: admission waits that cycle, so a request
         # taken after a write always sees it, as the transaction model applies it at once.
-        settling = Signal()
-        m.d.sync += settling.eq(self.csr.w_stb)
-        clear_busy = sweep.pending.any() | sweep.sweeping | settling
-        m.d.comb += self.i_req.ready.eq(~clear_busy & ~claim.multi & (beats.left < 2)
-                                        & has_room)
+        open_next = ~sweep.busy_next & ~self.csr.w_stb & (beats.left_next < 2)
+        behind_request, behind_none = Signal(), Signal()
+        for answer, request in ((behind_request, 1), (behind_none, 0)):
+            m.d.sync += answer.eq(open_next
+                                  & Array(response_room)[response_next + request]
+                                  & Array(memory_room)[claim.valid + request])
+        m.d.comb += self.i_req.ready.eq(Mux(claim.valid, behind_request, behind_none)
+                                        & ~claim.multi)
 
     # ---------------------------------------------------------------- 4: flags, counters
 

@@ -39,6 +39,7 @@ from ..golden import gbinary, gternary
 from ..golden.controller import ControllerModel, Op, Status
 from ..golden.formats import READOUTS_BY_ROUTE, Route, readout_lines_per_slot
 from ..golden.regmap import TIMING_COUNTERS, register_map
+from ..hw.axi import FIXED_BEATS
 from . import scenarios
 from .cocotb_bench import Stats, record_stats
 from .manifest import Manifest
@@ -364,8 +365,9 @@ async def real_gradients_over_axi(dut, workload, seed):
 @cocotb.test(timeout_time=5, timeout_unit="ms")
 @cocotb.parametrize(seed=SEEDS)
 async def bursts_the_controller_cannot_take_are_refused(dut, seed):
-    """Part of a line written (WSTRB not all ones), narrow and unaligned bursts: SLVERR with
-    BAD_REQUEST in xUSER; nothing reaches the controller or the memory."""
+    """Part of a line written (WSTRB not all ones), narrow and unaligned bursts, a FIXED
+    burst too long: SLVERR with BAD_REQUEST in xUSER; nothing reaches the controller or the
+    memory."""
     bench = AxiBench(dut, seed)
     await bench.start()
     rng = np.random.default_rng(seed)
@@ -382,6 +384,12 @@ async def bursts_the_controller_cannot_take_are_refused(dut, seed):
     assert answer.resp == AxiResp.SLVERR and set(answer.user) == {bad}
     answer = await bench.axi.read(bench.address(line), 8, size=3)
     assert answer.resp == AxiResp.SLVERR and set(answer.user) == {bad}
+    # A FIXED burst longer than AXI4 allows: every beat refused, its data zero.
+    beats = FIXED_BEATS + 1
+    answer = await bench.axi.read(bench.address(line), beats * bench.line_bytes,
+                                  burst=AxiBurstType.FIXED)
+    assert answer.resp == AxiResp.SLVERR and set(answer.user) == {bad}
+    assert len(answer.user) == beats and answer.data == bytes(beats * bench.line_bytes)
     answer = await bench.axi.write(bench.address(line, clear=True), whole)
     assert (answer.resp, answer.user) == (AxiResp.SLVERR, [bad])
     # The line is as it was, and the controller saw none of it.

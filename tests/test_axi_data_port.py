@@ -15,7 +15,7 @@ from amaranth.sim import Simulator
 
 from neuron_fabric.golden.controller import Op, Status
 from neuron_fabric.golden.params import PRESETS, FabricParams
-from neuron_fabric.hw.axi import Burst, Resp, WorkerFrom, line_size
+from neuron_fabric.hw.axi import FIXED_BEATS, Burst, Resp, WorkerFrom, line_size
 from neuron_fabric.hw.axi_data_port import AxiDataPort
 
 from axi_sim import Sink, Source, channel, step
@@ -45,7 +45,8 @@ class Burst_:
     @property
     def refused(self):
         return (self.size != line_size(SMALL.line_bits) or self.offset != 0
-                or self.burst not in (Burst.INCR, Burst.FIXED) or (self.write and self.clear))
+                or self.burst not in (Burst.INCR, Burst.FIXED) or (self.write and self.clear)
+                or (self.burst == Burst.FIXED and self.length > FIXED_BEATS))
 
     def address(self, layout):
         fields = {"offset": self.offset, "line": self.line, "clear": self.clear}
@@ -77,6 +78,8 @@ def random_bursts(rng, *, write, count, worker_from):
             burst = Burst.WRAP
         elif bad < 0.1:
             offset = 4
+        elif bad < 0.13 and burst == Burst.FIXED:
+            length = FIXED_BEATS + 1        # longer than AXI4 allows
         axid = int(rng.integers(1 << ID_WIDTH))
         worker = (int(rng.integers(SMALL.max_workers)) if worker_from is WorkerFrom.ADDRESS
                   else axid >> (ID_WIDTH - SMALL.worker_bits))
