@@ -1,6 +1,7 @@
 """The control plane driven alone in the Amaranth simulator: the words it sends the tiles on
 the schedule (hw/schedule.py) for writes in flight at every distance, the statuses it
-decides, the tiles' flags it keeps, its settle after a reset, and its buffers' credits."""
+decides, the tiles' flags it keeps, its settle after a reset and after a register write, and
+its buffers' credits."""
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
@@ -244,6 +245,26 @@ def test_after_a_reset_requests_wait_for_the_sweep_of_every_window():
     last_sweep = firsts[-1] - (READ_WORD_STAGE - 1 - WINDOW_STAGE)
     assert ready.index(1) + WINDOW_STAGE > last_sweep, "a request taken during the sweep"
     assert all(ready[ready.index(1):])
+
+
+def test_a_register_write_closes_admission_for_the_cycle_after_its_strobe():
+    """A written field reaches the request stage a cycle after the strobe: ``i_req.ready`` is
+    low in that cycle only (NUM_WORKERS rewritten, which marks no window to clear)."""
+    bench = _Bench()
+    ready = []
+
+    async def testbench(ctx):
+        await bench.configure(ctx)
+        ctx.set(bench.dut.csr.addr, bench.regmap["NUM_WORKERS"].address)
+        ctx.set(bench.dut.csr.w_data, SMALL.max_workers)
+        ctx.set(bench.dut.csr.w_stb, 1)
+        for _ in range(4):
+            ready.append(ctx.get(bench.dut.i_req.ready))
+            await bench.tick(ctx)
+            ctx.set(bench.dut.csr.w_stb, 0)
+
+    bench.run(testbench)
+    assert ready == [1, 0, 1, 1]
 
 
 @pytest.mark.parametrize("stalled", ["o_resp", "o_mem"])
