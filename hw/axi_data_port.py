@@ -171,6 +171,8 @@ class AxiDataPort(wiring.Component):
     def _refused(self, address, size, burst, length):
         """Whether an address phase is not one the controller can take (or AXI4 allows:
         a FIXED burst of more than FIXED_BEATS beats)."""
+        # AxLEN is the beats less one, so more than FIXED_BEATS (a power of two) sets a bit
+        # above its low BEATS_BITS: a test of a few bits, not a comparison's carry chain.
         too_long = (burst == Burst.FIXED) & (length[BEATS_BITS:] != 0)
         return ((size != line_size(self.params.line_bits))
                 | ~((burst == Burst.INCR) | (burst == Burst.FIXED))

@@ -77,38 +77,49 @@ class SkidBuffer(wiring.Component):
         with m.Elif(pop & ~push):
             m.d.sync += [full.eq(0), self.o.valid.eq(full)]
 
+        # After this cycle's transfers: whether the entry written next is free.
+        free_next = ~Mux(push & ~pop, self.o.valid, Mux(pop & ~push, 0, full))
+
+        payload = Value.cast(self.i.payload)
+        step = self.group_bits or max(len(payload), 1)
+        groups = [payload[low:low + step] for low in range(0, len(payload), step)]
+        if self.registered_output:
+            outputs = self._head_and_spare(m, groups, free_next)
+        else:
+            outputs = self._two_entries(m, groups, free_next, push, pop)
+        m.d.comb += Value.cast(self.o.payload).eq(Cat(outputs))
+        return m
+
+    def _head_and_spare(self, m, groups, free_next):
+        # A group's copy of the free flag loads the value formed once: a flip-flop, no gate.
+        outputs = []
+        for g, bits in enumerate(groups):
+            free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
+            m.d.sync += free.eq(free_next)
+            head = Signal(len(bits), name=f"head_{g}")
+            spare = Signal(len(bits), name=f"spare_{g}")
+            with m.If(free):
+                m.d.sync += spare.eq(bits)
+            # The head is empty or leaves: the spare moves up if it holds one.
+            with m.If(~self.o.valid | self.o.ready):
+                m.d.sync += head.eq(Mux(free, bits, spare))
+            outputs.append(head)
+        return outputs
+
+    def _two_entries(self, m, groups, free_next, push, pop):
         # The entry written next and the one read next, each moved by its side's transfer.
         write, read = Signal(), Signal()
         with m.If(push):
             m.d.sync += write.eq(~write)
         with m.If(pop):
             m.d.sync += read.eq(~read)
-        # After this cycle's transfers: whether the entry written next is free, and so
-        # which entry loads the input.
-        free_next = ~Mux(push & ~pop, self.o.valid, Mux(pop & ~push, 0, full))
+        # Which entry loads the input after this cycle's transfers. A group's copies (of
+        # the entries' enables and the read pointer) load values formed once, here: each is
+        # a flip-flop, no gate.
         write_next = write ^ push
         load_next = [free_next & ~write_next, free_next & write_next]
-
-        payload = Value.cast(self.i.payload)
-        width = len(payload)
-        step = self.group_bits or max(width, 1)
         outputs = []
-        for g, low in enumerate(range(0, width, step)):
-            bits = payload[low:low + step]
-            # A group's copies (of the free flag; or of the entries' enables and the read
-            # pointer) load values formed once, above: a copy is a flip-flop, no gate.
-            if self.registered_output:
-                free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
-                m.d.sync += free.eq(free_next)
-                head = Signal(len(bits), name=f"head_{g}")
-                spare = Signal(len(bits), name=f"spare_{g}")
-                with m.If(free):
-                    m.d.sync += spare.eq(bits)
-                # The head is empty or leaves: the spare moves up if it holds one.
-                with m.If(~self.o.valid | self.o.ready):
-                    m.d.sync += head.eq(Mux(free, bits, spare))
-                outputs.append(head)
-                continue
+        for g, bits in enumerate(groups):
             loads = [Signal(name=f"load_{k}_{g}", init=k == 0, attrs=KEEP) for k in range(2)]
             read_copy = Signal(name=f"read_{g}", attrs=KEEP)
             with m.If(pop):
@@ -119,5 +130,4 @@ class SkidBuffer(wiring.Component):
                 with m.If(load):
                     m.d.sync += entry.eq(bits)
             outputs.append(Mux(read_copy, entries[1], entries[0]))
-        m.d.comb += Value.cast(self.o.payload).eq(Cat(outputs))
-        return m
+        return outputs
