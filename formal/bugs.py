@@ -7,6 +7,7 @@ written here, next to the proof that catches it. The proofs run on them expect `
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import types
 
@@ -123,10 +124,11 @@ def _responses_swapped(shipped):
 
 
 class _EveryItemLast(Elaboratable):
-    """The AXI data port's tag buffer, with every tag marked as its burst's last."""
+    """The AXI data port's tag FIFO (``shipped``, the class it builds), with every tag
+    marked as its burst's last."""
 
-    def __init__(self, *, width, depth):
-        self._inner = fifo.SyncFIFOBuffered(width=width, depth=depth)
+    def __init__(self, shipped, *, width, depth):
+        self._inner = shipped(width=width, depth=depth)
         self.w_en, self.w_data, self.r_en = Signal(), Signal(width), Signal()
         self.r_data, self.r_rdy = self._inner.r_data, self._inner.r_rdy
         self.w_rdy, self.level = self._inner.w_rdy, self._inner.level
@@ -142,7 +144,7 @@ class _EveryItemLast(Elaboratable):
 
 
 def _every_item_last(shipped):
-    return _EveryItemLast
+    return functools.partial(_EveryItemLast, shipped)
 
 
 def _read_clear_keeps_bitmap(shipped):
@@ -223,7 +225,7 @@ BUGS = {bug.name: bug for bug in (
                {"hw.controller:LaneTile": _saturation_dropped}),
     PlantedBug("item_last", "the AXI data port takes every item for its burst's last: a "
                "B for each W beat, RLAST on every R beat",
-               {"hw.axi_data_port:SyncFIFOBuffered": _every_item_last}),
+               {"hw.axi_data_port:SyncFIFO": _every_item_last}),
     PlantedBug("combiner_forward", "the write combiner reads a set's row from memory while "
                "the update three ahead of it writes that set back, so it sums into a stale "
                "row", {"hw.combiner:_Pipeline": _commit_not_forwarded}),

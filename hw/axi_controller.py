@@ -31,9 +31,10 @@ class AxiController(wiring.Component):
 
     Every port is a plain AXI signal named as AXI names it; ``clk`` and ``rst`` (synchronous,
     active high: ARESETn inverted) are the clock and reset of all three. Behaviour is the
-    controller's, bit for bit; the data port adds a cycle on the way in (its item buffer)
-    and one on the way out (its response buffer), so that no path through logic runs
-    between AW, AR, R or B and the controller's admission or its response pop.
+    controller's, bit for bit; the data port adds a cycle on the way in (its item buffer),
+    so that no path through logic runs between AW, AR or W and the controller's admission,
+    and none on the way out: RREADY and BREADY reach the controller's response pop through
+    one gate.
 
     Parameters
     ----------
@@ -65,12 +66,12 @@ class AxiController(wiring.Component):
         self._controller = Controller(params=params, tile_lanes=tile_lanes, max_reads=max_reads,
                                       buffer_depth=buffer_depth, cells=cells)
         self.params, self.regmap = params, self._controller.regmap
-        # One request a clock keeps the controller's pipeline, the data port's item and
-        # response buffers, the tag on its way in and the head tag busy, and the tag FIFO
+        # One request a clock keeps the controller's pipeline, the data port's item
+        # buffer, the tag on its way in and the head tag busy, and the tag FIFO
         # keeps three entries back (its room is a register); beyond that, responses are
         # waiting to leave and the next request may wait too.
-        buffers, tag_in, head_tag, kept_back = 2, 1, 1, 3
-        in_flight = LATENCY + buffers + tag_in + head_tag + kept_back
+        item_buffer, tag_in, head_tag, kept_back = 1, 1, 1, 3
+        in_flight = LATENCY + item_buffer + tag_in + head_tag + kept_back
         if max_requests is None:
             max_requests = 1 << (in_flight - 1).bit_length()
         self._adapters = {

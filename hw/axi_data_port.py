@@ -3,7 +3,7 @@
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..golden.controller import Op, Status
@@ -18,7 +18,7 @@ from .skid_buffer import SkidBuffer
 __all__ = ["AxiDataPort", "tag_layout", "item_layout", "burst_layout", "ZERO_GROUP_BITS",
            "PAGE_BITS"]
 
-#: Line bits that one copy of the padding flag, and of a line-wide buffer's pointers, drives.
+#: Line bits that one copy of the padding flag drives.
 ZERO_GROUP_BITS = 64
 #: AXI keeps an INCR burst within a page of ``2**PAGE_BITS`` bytes (4 KB).
 PAGE_BITS = 12
@@ -85,22 +85,24 @@ class AxiDataPort(wiring.Component):
 
     **Throughput**: one request a clock (a refused read beat, one in two); AW and AR take
     turns at the one burst held (writes and reads waiting alike alternate by burst).
-    **Latency**: two cycles, one a :class:`~.skid_buffer.SkidBuffer`: items wait in one
-    between the bursts and the join with W, so W and the controller's admission reach no
-    burst counter, and the request's narrow fields leave from its head register; a write's
-    line is its W beat, held in the W channel until the controller takes it (WREADY is the
-    admission of a write's item). Responses wait in a second between the controller and R
-    and B, so that RREADY and BREADY never reach the controller's response pop, and R
-    leaves from its entries through a LUT a bit that zeros a padding beat. **Order**:
+    **Latency**: one cycle, a :class:`~.skid_buffer.SkidBuffer`: items wait in it between
+    the bursts and the join with W, so W and the controller's admission reach no burst
+    counter, and the request's narrow fields leave from its head register; a write's line
+    is its W beat, held in the W channel until the controller takes it (WREADY is the
+    admission of a write's item). Responses go out as the controller offers them, with no
+    buffer: the controller's response ``ready`` is RREADY or BREADY through one gate, from
+    three flags registered a cycle ahead (taken whatever R and B do, taken as R takes it,
+    taken as B does), so the controller's response pop is as near flip-flops as on the
+    native top. R's data is the controller's line, zeroed for a padding beat. **Order**:
     responses leave in the order the requests were taken, whatever their IDs (AXI asks it
     only of one ID), so a stalled R holds B behind it and the reverse. A write burst's
-    items wait at the buffer's head for their W beats, reads behind them too. At most
+    items wait at the item buffer's head for their W beats, reads behind them too. At most
     ``max_requests - 1`` requests are unanswered. An INCR burst's line address counts
     within its 4 KB page, as AXI keeps a burst inside one.
     Channel rules, each a line of logic below: AWREADY and ARREADY only while no burst is
     held or as its last item leaves; WREADY only for a beat that is taken; BVALID, RVALID
-    and their payloads from the response buffer and the head tag, held until taken; one B
-    a write burst, with its last beat; RLAST on a read burst's last beat.
+    and their payloads from the controller's response and the head tag, held until
+    taken; one B a write burst, with its last beat; RLAST on a read burst's last beat.
 
     Parameters
     ----------
@@ -180,25 +182,21 @@ class AxiDataPort(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        # The head tag is a register (the buffered FIFO's): the answer side decodes it into
-        # the controller's response pop, which must start at flip-flops, not a LUT RAM read.
-        tags = m.submodules.tags = SyncFIFOBuffered(
-            width=tag_layout(id_width=self.id_width).size, depth=self.max_requests)
+        # Tags wait in a FIFO, then in a head register loaded from its LUT RAM, so that
+        # the answer side reads its head from flip-flops (see `_answers`).
+        tags = m.submodules.tags = SyncFIFO(
+            width=tag_layout(id_width=self.id_width).size, depth=self.max_requests - 1)
         # Items wait in a skid buffer between the bursts and the join with W, so no path
         # runs from W or the controller's admission into the burst counters. Its head is a
         # register, so the request's narrow fields leave from flip-flops, as on the native
         # top; its line is the W beat itself, held in the W channel until the controller
         # takes it, so no buffer holds a line.
         item = item_layout(params=self.params, id_width=self.id_width)
-        m.submodules.items = items = SkidBuffer(item, registered_output=True)
-        # Responses wait in a second, so the controller's response pop starts at a
-        # flip-flop, as on the native top, and R and B leave from its entries.
-        m.submodules.responses = responses = SkidBuffer(self.i_resp.payload.shape(),
-                                                        group_bits=ZERO_GROUP_BITS)
-        wiring.connect(m, wiring.flipped(self.i_resp), responses.i)
+        m.submodules.items = items = SkidBuffer(item)
         self._bursts(m, items.i)
-        self._join(m, items.o, self.o_req, tags)
-        self._answers(m, responses.o, tags)
+        head_valid = Signal()   # the answer side's head tag is loaded
+        self._join(m, items.o, self.o_req, tags, head_valid)
+        self._answers(m, self.i_resp, tags, head_valid)
         return m
 
     def _bursts(self, m, items):
@@ -262,7 +260,7 @@ class AxiDataPort(wiring.Component):
                 burst.per_beat.eq(per_beat), burst.refused.eq(refused),
             ]
 
-    def _join(self, m, items, req, tags):
+    def _join(self, m, items, req, tags, head_valid):
         """An item leaves for the controller (a write with its W beat) or, refused, goes
         straight to the answers; either way its tag goes in, in order, a cycle later. An
         item leaves only while the tag FIFO has room and the controller admits, refused or
@@ -270,15 +268,18 @@ class AxiDataPort(wiring.Component):
         axi = self.s_axi
         head = items.payload
         native = head.tag.native & (head.tag.read | axi.wstrb.all())
-        # Room for a tag, from a register, so that the FIFO's level never reaches the join:
+        # Room for a tag, from a register, so that the tags' level never reaches the join:
         # room for three a cycle ago (a tag at most goes in a clock, and one may be on its
         # way), or room kept while no tag went in. It stays while an item waits, and so does
         # the request's `valid`.
         tag_room = Signal()
         joinable = items.valid & (head.tag.read | axi.wvalid) & tag_room
         advance = joinable & req.ready
-        # (The level's last four values are matched, not compared: a shorter carry chain.)
-        near_full = tags.level.matches(*range(self.max_requests - 3, self.max_requests + 1))
+        # The tags' level (the FIFO's and the head's) is one of its last four: matched on the
+        # FIFO's level and the head's flag, so that no adder forms it.
+        last = self.max_requests - 1    # the FIFO's entries
+        near_full = (tags.level.matches(*range(last - 2, last + 1))
+                     | (head_valid & (tags.level == last - 3)))
         m.d.sync += tag_room.eq(~near_full | (tag_room & ~advance))
         m.d.comb += [
             req.valid.eq(joinable & native),
@@ -296,10 +297,19 @@ class AxiDataPort(wiring.Component):
             m.d.sync += [tag.eq(head.tag), tag.native.eq(native)]
         m.d.comb += [tags.w_en.eq(pushed), tags.w_data.eq(tag)]
 
-    def _answers(self, m, resp, tags):
+    def _answers(self, m, resp, tags, head_valid):
         axi = self.s_axi
-        # ---- Answers, in request order: the head tag says where the next one goes.
-        head = data.View(tag_layout(id_width=self.id_width), tags.r_data)
+        layout = tag_layout(id_width=self.id_width)
+        # ---- Answers, in request order: the head tag says where the next one goes. It is
+        # a register loaded from the FIFO's LUT RAM while empty or as its request is done.
+        head = Signal(layout)
+        incoming = data.View(layout, tags.r_data)
+        pop = Signal()              # the head's request is done
+        load = ~head_valid | pop
+        m.d.comb += tags.r_en.eq(load)
+        with m.If(load):
+            m.d.sync += [head.eq(incoming), head_valid.eq(tags.r_rdy)]
+
         sent = Signal(BEATS_BITS)   # R beats of the head's request sent
         # Whether the next beat is the head's last, from flip-flops: the tag's `one` before
         # its first beat, then the count's comparison, registered as each beat goes.
@@ -309,8 +319,26 @@ class AxiDataPort(wiring.Component):
         draining = Signal()         # its beats are all sent: drop the rest of its readout
         first_error = Signal(Status)  # of the write burst so far
         final = Mux(first, head.one, next_final)
-        pop = Signal()
-        m.d.comb += tags.r_en.eq(pop)
+        padding_next, draining_next = Signal(), Signal()
+        m.d.comb += [padding_next.eq(padding), draining_next.eq(draining)]
+        m.d.sync += [padding.eq(padding_next), draining.eq(draining_next)]
+
+        # Whether the controller's response is taken, from three flags that say it of the
+        # head and the state after this cycle: taken whatever R and B do (a readout drained,
+        # a write burst's beat before its last), taken as R takes it (a read's line), or as
+        # B does (a write burst's last beat). So the controller's response pop, which
+        # reaches every lane tile, is RREADY or BREADY through one gate, and its line needs
+        # no buffer here.
+        take_any, take_r, take_b = Signal(), Signal(), Signal()
+        with m.If(load):
+            native, read = tags.r_rdy & incoming.native, incoming.read
+            m.d.sync += [take_any.eq(native & ~read & ~incoming.last),
+                         take_r.eq(native & read),
+                         take_b.eq(native & ~read & incoming.last)]
+        with m.Elif(head.read):
+            m.d.sync += [take_any.eq(draining_next),
+                         take_r.eq(head.native & ~padding_next & ~draining_next)]
+        m.d.comb += resp.ready.eq(take_any | (take_r & axi.rready) | (take_b & axi.bready))
 
         # R's and B's payloads are the head's whatever their VALID, so no gate stands
         # between them and their registers; a VALID says which one counts.
@@ -325,42 +353,36 @@ class AxiDataPort(wiring.Component):
             axi.bresp.eq(status_resp(burst_status)),
         ]
 
-        # A padding beat carries zeros, not whatever line waits in the response buffer
-        # (another request's): RDATA is chosen against zero in the LUT that picks the
-        # buffer's entry. Each group of ZERO_GROUP_BITS line bits has its own copy of the
-        # padding flag, as of the buffer's pointers, so no one net reaches every line bit.
+        # A padding beat carries zeros, not whatever line the controller offers (another
+        # request's). Each group of ZERO_GROUP_BITS line bits has its own copy of the
+        # padding flag, loaded with the value formed once, so no one net reaches every bit.
         groups = range(-(-self.params.line_bits // ZERO_GROUP_BITS))
         zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP) for g in groups)
-        padding_next = Signal()
-        m.d.comb += padding_next.eq(padding)
-        m.d.sync += [padding.eq(padding_next), zeroed.eq(padding_next.replicate(len(zeroed)))]
+        m.d.sync += zeroed.eq(padding_next.replicate(len(zeroed)))
         for g in groups:
             bits = slice(g * ZERO_GROUP_BITS, (g + 1) * ZERO_GROUP_BITS)
             m.d.comb += axi.rdata[bits].eq(Mux(zeroed[g], 0, resp.payload.data[bits]))
 
-        with m.If(tags.r_rdy & head.read & draining):
-            m.d.comb += resp.ready.eq(1)
+        with m.If(head_valid & head.read & draining):
             with m.If(resp.valid & resp.payload.last):
-                m.d.comb += pop.eq(1)
-                m.d.sync += [draining.eq(0), sent.eq(0), first.eq(1)]
-        with m.Elif(tags.r_rdy & head.read & ~head.native & ~padding):
+                m.d.comb += [pop.eq(1), draining_next.eq(0)]
+                m.d.sync += [sent.eq(0), first.eq(1)]
+        with m.Elif(head_valid & head.read & ~head.native & ~padding):
             # A refused beat: a cycle to raise the padding flag, then the beat.
             m.d.comb += padding_next.eq(1)
-        with m.Elif(tags.r_rdy & head.read):
-            m.d.comb += [axi.rvalid.eq(padding | resp.valid),
-                         resp.ready.eq(~padding & axi.rready)]
+        with m.Elif(head_valid & head.read):
+            m.d.comb += axi.rvalid.eq(padding | resp.valid)
             with m.If((padding | resp.valid) & axi.rready):
                 m.d.sync += [sent.eq(sent + 1), first.eq(0),
                              next_final.eq(sent + 1 == head.beats)]
                 with m.If(~padding & resp.payload.last & ~final):
                     m.d.comb += padding_next.eq(1)
                 with m.If(final):
-                    m.d.comb += [padding_next.eq(0), pop.eq(~cut)]
-                    m.d.sync += [sent.eq(0), first.eq(1), draining.eq(cut)]
-        with m.Elif(tags.r_rdy):
+                    m.d.comb += [padding_next.eq(0), pop.eq(~cut), draining_next.eq(cut)]
+                    m.d.sync += [sent.eq(0), first.eq(1)]
+        with m.Elif(head_valid):
             answered = ~head.native | resp.valid
-            m.d.comb += [axi.bvalid.eq(answered & head.last),
-                         resp.ready.eq(head.native & (~head.last | axi.bready))]
+            m.d.comb += axi.bvalid.eq(answered & head.last)
             with m.If(answered & (~head.last | axi.bready)):
                 m.d.comb += pop.eq(1)
                 m.d.sync += first_error.eq(Mux(head.last, Status.OK, burst_status))

@@ -1,5 +1,5 @@
-"""The two-entry skid buffer: every transfer through, in order, one a clock, with both of its
-outputs' handshake signals held in flip-flops."""
+"""The skid buffer: every transfer through, in order, one a clock, with both of its outputs'
+handshake signals and its output payload held in flip-flops."""
 
 import numpy as np
 import pytest
@@ -58,7 +58,7 @@ def test_input_ready_and_output_valid_wait_on_no_logic():
         ctx.set(dut.o.ready, 0)
         for _ in range(3):
             await ctx.tick()
-        assert (ctx.get(dut.o.valid), ctx.get(dut.i.ready)) == (1, 0)  # both entries full
+        assert (ctx.get(dut.o.valid), ctx.get(dut.i.ready)) == (1, 0)  # head and spare full
         ctx.set(dut.o.ready, 1)
         assert ctx.get(dut.i.ready) == 0
         ctx.set(dut.i.valid, 0)
@@ -73,8 +73,8 @@ def test_input_ready_and_output_valid_wait_on_no_logic():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_a_payload_in_groups_goes_through_whole_and_in_order(seed):
-    """Each group of payload bits has its own copy of the pointers; together they pass
-    every transfer whole, one a clock without pauses."""
+    """Each group of payload bits has its own copy of the spare's `free` flag; together they
+    pass every transfer whole, one a clock without pauses."""
     values = [int(v) for v in np.random.default_rng(seed).integers(1 << 12, size=300)]
     got, _ = run(SkidBuffer(12, group_bits=5), values, seed=seed, pause=0.4)
     assert got == values
@@ -92,20 +92,10 @@ def test_bad_group_bits_are_refused_by_name(group_bits, error, message):
     assert str(caught.value) == message
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_a_registered_head_passes_every_transfer_in_order(seed):
-    values = [int(v) for v in np.random.default_rng(seed).integers(1 << 12, size=300)]
-    got, _ = run(SkidBuffer(12, registered_output=True), values, seed=seed, pause=0.4)
-    assert got == values
-    got, cycles = run(SkidBuffer(12, registered_output=True), values[:100], seed=seed,
-                      pause=0.0)
-    assert got == values[:100] and cycles <= 102
-
-
-def test_a_registered_head_moves_only_at_a_clock():
-    """With the head a register, neither the output's ready nor the input's payload moves
+def test_the_head_moves_only_at_a_clock():
+    """Neither the output's ready nor the input's payload moves
     the output's payload within a cycle; a pop loads the spare into it at the clock."""
-    dut = SkidBuffer(8, registered_output=True)
+    dut = SkidBuffer(8)
 
     async def bench(ctx):
         ctx.set(dut.i.valid, 1)
@@ -128,9 +118,3 @@ def test_a_registered_head_moves_only_at_a_clock():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-
-
-def test_a_registered_output_that_is_not_a_bool_is_refused_by_name():
-    with pytest.raises(TypeError) as caught:
-        SkidBuffer(8, registered_output=1)
-    assert str(caught.value) == "registered_output must be a bool, not 1"
