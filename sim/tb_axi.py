@@ -213,13 +213,14 @@ class AxiBench:
                                  lines=self.checked["lines"], wall=wall))
 
 
-def _chunks(rng, count, *, longest=4):
+def _chunks(rng, count, *, first=0, longest=4):
     """Split ``range(count)`` into runs of 1 to ``longest`` lines, each aligned to its own
-    length (a power of two), so that no burst crosses a 4 KiB boundary."""
+    length (a power of two) at line ``first + start``, so that no burst crosses a 4 KiB
+    boundary (cocotbext-axi would split it in two)."""
     out, start = [], 0
     while start < count:
         length = int(rng.choice([1, 2, 4][:longest.bit_length()]))
-        while start % length or start + length > count:
+        while (first + start) % length or start + length > count:
             length //= 2
         out.append((start, length))
         start += length
@@ -261,9 +262,18 @@ async def _real_gradients(dut, workload, seed):
         if max_lines is not None:
             routed = [lines[:, :max_lines] for lines in routed]
             fp32 = [lines[:max_lines] for lines in fp32]
-        size = [min(p.depth, lines.shape[1]) for lines in routed]
-        base0 = int(rng.integers(1, 1 << 12)) * p.depth
-        bases = [base0, base0 + p.depth * int(rng.integers(1, 16))]
+        # cocotbext-axi splits a FIXED burst at a 4 KiB boundary as if its address moved
+        # (AXI keeps a FIXED burst at one address): each window starts a page and leaves
+        # its longest readout's lines below the page's end, so every readout is one burst.
+        page_lines = 4096 // bench.line_bytes
+        longest = [max(readout_lines_per_slot(r, counter_bits=p.counter_bits)
+                       for r in READOUTS_BY_ROUTE[route])
+                   for route in (Route.GBINARY, Route.GTERNARY)]
+        size = [min(p.depth, lines.shape[1], page_lines - most + 1)
+                for lines, most in zip(routed, longest)]
+        stride = max(page_lines, p.depth)   # a page's first line and a window's
+        base0 = int(rng.integers(1, FP32_BASE // stride - 16)) * stride
+        bases = [base0, base0 + stride * int(rng.integers(1, 16))]
         rounds = max(-(-lines.shape[1] // s) for lines, s in zip(routed, size))
         fp32_round = [-(-len(lines) // rounds) for lines in fp32]
         for r in range(rounds):
@@ -287,7 +297,8 @@ async def _real_gradients(dut, workload, seed):
                     for window, chunk in enumerate(chunks):
                         out += [(w, bases[window] + s, [chunk[w, s + k].tobytes()
                                                         for k in range(length)])
-                                for s, length in _chunks(rng, chunk.shape[1])]
+                                for s, length in _chunks(rng, chunk.shape[1],
+                                                         first=bases[window])]
                 return out
 
             first = bursts(range(workers - 1))
@@ -298,7 +309,7 @@ async def _real_gradients(dut, workload, seed):
                 region = FP32_BASE + (w << 16) + start
                 fp32_lines += [(region + k, line) for k, line in enumerate(mine)]
                 first += [(w, region + s, mine[s:s + length])
-                          for s, length in _chunks(rng, len(mine))]
+                          for s, length in _chunks(rng, len(mine), first=region)]
             for index in rng.permutation(len(first)):
                 bench.write(*first[index])
             await bench.settle()
@@ -310,12 +321,13 @@ async def _real_gradients(dut, workload, seed):
             # The last worker completes every slot; worker 0 writes one slot again.
             for burst in bursts([workers - 1]):
                 bench.write(*burst)
-            bench.write(0, bases[0], [chunks[0][0, 0].tobytes()])
+            again = next(k for k, chunk in enumerate(chunks) if chunk.shape[1])
+            bench.write(0, bases[again], [chunks[again][0, 0].tobytes()])
             await bench.settle()
             # Readouts: one line a slot as INCR bursts, several as a FIXED burst a slot;
             # clear every slot. The FP32 lines come back as INCR bursts too.
             for window, chunk in enumerate(chunks):
-                for s, length in _chunks(rng, chunk.shape[1]):
+                for s, length in _chunks(rng, chunk.shape[1], first=bases[window]):
                     if per_slot[window] == 1:
                         bench.read(bases[window] + s, length, clear=True)
                     else:
@@ -326,7 +338,7 @@ async def _real_gradients(dut, workload, seed):
                 start = r * fp32_round[w]
                 count = len(fp32[w][start:start + fp32_round[w]])
                 region = FP32_BASE + (w << 16) + start
-                for s, length in _chunks(rng, count):
+                for s, length in _chunks(rng, count, first=region):
                     bench.read(region + s, length)
             pending_fp32 = [event for what, event, _ in bench.pending
                             if what.startswith("READ of")]

@@ -4,9 +4,11 @@ trace cut to 12 lines per worker and route (two rounds of the 8-slot windows), r
 and the registers over AXI4-Lite. ``make sim`` runs the 512-bit AXI top on Verilator with
 every line of the traces."""
 
+import numpy as np
 import pytest
 
 from neuron_fabric.sim.cocotb_run import manifest_design, run_cocotb
+from neuron_fabric.sim.tb_axi import _chunks
 
 
 def run_axi_top(simulator, verilog, work, traces, *, seed, test_filter=None):
@@ -43,3 +45,17 @@ def test_the_512_bit_axi_top_matches_the_model_on_verilator(tmp_path_factory, tr
     work = tmp_path_factory.mktemp("axi512")
     tests, failed, log = run_axi_top("verilator", folder, work, traces, seed=1)
     assert (tests, failed) == (4, 0), f"see {work / 'run.log'}"
+
+
+@pytest.mark.parametrize("line_bytes", [16, 64])
+def test_the_benchs_bursts_cover_their_lines_in_order_and_never_cross_a_page(line_bytes):
+    """cocotbext-axi splits a burst that crosses 4 KiB in two, and the bench expects one
+    answer a burst: its runs of lines, from any first line, stay within a page."""
+    rng = np.random.default_rng(5)
+    for _ in range(300):
+        first, count = int(rng.integers(0, 1 << 20)), int(rng.integers(0, 40))
+        runs = _chunks(rng, count, first=first)
+        assert [line for s, n in runs for line in range(s, s + n)] == list(range(count))
+        for s, n in runs:
+            start, end = (first + s) * line_bytes, (first + s + n) * line_bytes - 1
+            assert n in (1, 2, 4) and start // 4096 == end // 4096, (first, s, n)
