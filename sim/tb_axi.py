@@ -253,6 +253,13 @@ async def _real_gradients(dut, workload, seed):
     workers = trace.workers
     gb_readouts, gt_readouts = READOUTS_BY_ROUTE[Route.GBINARY], READOUTS_BY_ROUTE[Route.GTERNARY]
     fp32_checked, rounds_done, readouts_seen = 0, 0, set()
+    # cocotbext-axi splits a FIXED burst at a 4 KiB boundary as if its address moved (AXI
+    # keeps a FIXED burst at one address): each window starts a page and leaves its longest
+    # readout's lines below the page's end, so every readout is one burst.
+    page_lines = 4096 // bench.line_bytes
+    longest = [max(readout_lines_per_slot(r, counter_bits=p.counter_bits) for r in readouts)
+               for readouts in (gb_readouts, gt_readouts)]
+    stride = max(page_lines, p.depth)   # a page's first line and a window's
     for step in _trace_steps(trace):
         low = [trace.bucket(step, w, LOW_BIT_ROLES) for w in range(workers)]
         routed = [np.stack([gbinary.encode(b, line_bits=p.line_bits) for b in low]),
@@ -262,16 +269,8 @@ async def _real_gradients(dut, workload, seed):
         if max_lines is not None:
             routed = [lines[:, :max_lines] for lines in routed]
             fp32 = [lines[:max_lines] for lines in fp32]
-        # cocotbext-axi splits a FIXED burst at a 4 KiB boundary as if its address moved
-        # (AXI keeps a FIXED burst at one address): each window starts a page and leaves
-        # its longest readout's lines below the page's end, so every readout is one burst.
-        page_lines = 4096 // bench.line_bytes
-        longest = [max(readout_lines_per_slot(r, counter_bits=p.counter_bits)
-                       for r in READOUTS_BY_ROUTE[route])
-                   for route in (Route.GBINARY, Route.GTERNARY)]
         size = [min(p.depth, lines.shape[1], page_lines - most + 1)
                 for lines, most in zip(routed, longest)]
-        stride = max(page_lines, p.depth)   # a page's first line and a window's
         base0 = int(rng.integers(1, FP32_BASE // stride - 16)) * stride
         bases = [base0, base0 + stride * int(rng.integers(1, 16))]
         rounds = max(-(-lines.shape[1] // s) for lines, s in zip(routed, size))
