@@ -90,10 +90,10 @@ class AxiDataPort(wiring.Component):
     counter, and the request's narrow fields leave from its head register; a write's line
     is its W beat, held in the W channel until the controller takes it (WREADY is the
     admission of a write's item). Responses go out as the controller offers them, with no
-    buffer: the controller's response ``ready`` is RREADY or BREADY through one gate, from
-    three flags registered a cycle ahead (taken whatever R and B do, taken as R takes it,
-    taken as B does), so the controller's response pop is as near flip-flops as on the
-    native top. R's data is the controller's line, zeroed for a padding beat. **Order**:
+    buffer: the controller's response ``ready`` is one LUT4 of RREADY, BREADY and two flags
+    registered a cycle ahead (taken as R takes it, as B does, or with both whatever they
+    do), so the controller's response pop is as near flip-flops as on the native top. R's
+    data is the controller's line, zeroed for a padding beat. **Order**:
     responses leave in the order the requests were taken, whatever their IDs (AXI asks it
     only of one ID), so a stalled R holds B behind it and the reverse. A write burst's
     items wait at the item buffer's head for their W beats, reads behind them too. At most
@@ -323,22 +323,20 @@ class AxiDataPort(wiring.Component):
         m.d.comb += [padding_next.eq(padding), draining_next.eq(draining)]
         m.d.sync += [padding.eq(padding_next), draining.eq(draining_next)]
 
-        # Whether the controller's response is taken, from three flags that say it of the
-        # head and the state after this cycle: taken whatever R and B do (a readout drained,
-        # a write burst's beat before its last), taken as R takes it (a read's line), or as
-        # B does (a write burst's last beat). So the controller's response pop, which
-        # reaches every lane tile, is RREADY or BREADY through one gate, and its line needs
-        # no buffer here.
-        take_any, take_r, take_b = Signal(), Signal(), Signal()
+        # Whether the controller's response is taken, from two flags that say it of the head
+        # and the state after this cycle: it is taken as R takes it (``by_r``: a read's
+        # line), as B does (``by_b``: a write burst's last beat), or, with both, whatever R
+        # and B do (a drained readout's line, a write burst's beat before its last). So the
+        # controller's response pop, which reaches every lane tile, is one LUT4 of RREADY,
+        # BREADY and two flip-flops, and its line needs no buffer here.
+        by_r, by_b = Signal(), Signal()
         with m.If(load):
             native, read = tags.r_rdy & incoming.native, incoming.read
-            m.d.sync += [take_any.eq(native & ~read & ~incoming.last),
-                         take_r.eq(native & read),
-                         take_b.eq(native & ~read & incoming.last)]
+            m.d.sync += [by_r.eq(native & (read | ~incoming.last)), by_b.eq(native & ~read)]
         with m.Elif(head.read):
-            m.d.sync += [take_any.eq(draining_next),
-                         take_r.eq(head.native & ~padding_next & ~draining_next)]
-        m.d.comb += resp.ready.eq(take_any | (take_r & axi.rready) | (take_b & axi.bready))
+            m.d.sync += [by_r.eq(draining_next | (head.native & ~padding_next)),
+                         by_b.eq(draining_next)]
+        m.d.comb += resp.ready.eq((by_r & by_b) | (by_r & axi.rready) | (by_b & axi.bready))
 
         # R's and B's payloads are the head's whatever their VALID, so no gate stands
         # between them and their registers; a VALID says which one counts.

@@ -2,6 +2,7 @@
 
 from amaranth.hdl import C, Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..golden.params import ADDR_BITS
@@ -16,20 +17,25 @@ class AxiMemoryPort(wiring.Component):
     """AXI4 manager for the controller's memory traffic: a line per transaction.
 
     A memory request becomes a single-beat burst of a whole line (AxLEN 0, AxSIZE the line,
-    INCR, WSTRB all ones) at byte address ``line address * line bytes``; a write's AW and W
-    go out together or in either order, each as soon as the subordinate takes it. Read data
+    INCR, WSTRB all ones) at byte address ``line address * line bytes``. A write's line goes
+    out on W straight from the request; its address, and a read's, go to AW or AR through
+    a FIFO of addresses. So the controller's memory pop waits on WREADY for a write and on
+    nothing from the subordinate for a read: AWREADY and ARREADY never reach it. A write's
+    address enters the FIFO as the write is offered, not as W takes it, so a subordinate
+    that waits for AWVALID before WREADY (AXI allows it) gets it a cycle later. Read data
     returns on ``o_data`` in request order: every transaction has ID 0, which AXI answers in
-    order. BRESP and RRESP are not looked at: the controller's memory port has
-    no status.
+    order. BRESP and RRESP are not looked at: the controller's memory port has no status.
 
     **Ordering**: AXI orders nothing between its read and write channels, and the controller
     promises that a read returns the line as the requests before it left it. So a read goes
     out only when no write waits for its B, and a write only when no read waits for its
     data: runs of reads and runs of writes each flow at one per clock, and a change of
     direction waits for the memory's answers. At most ``max_writes`` writes wait for B and
-    ``max_reads`` reads for data. **Latency**: 0 cycles; AWVALID, WVALID and ARVALID follow
-    the request's ``valid``. **Backpressure**: AWREADY, WREADY and ARREADY hold the request;
-    ``o_data.ready`` is RREADY; BREADY is always high.
+    ``max_reads`` reads for data, each counted from the moment its address enters the FIFO,
+    so the FIFO (as deep as the larger limit) never fills. **Latency**: WVALID follows the
+    request's ``valid``; AWVALID and ARVALID a cycle after the request is offered.
+    **Backpressure**: WREADY holds a write, the limits hold either; AWREADY and ARREADY
+    hold the FIFO; ``o_data.ready`` is RREADY; BREADY is always high.
 
     Parameters
     ----------
@@ -72,51 +78,48 @@ class AxiMemoryPort(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         req, axi = self.i_req, self.m_axi
-        size = line_size(self.line_bits)
         # Writes waiting for B or reads waiting for data, never both (the rule below): one
-        # count serves, with the direction it counts.
-        waiting = Signal(range(max(self.max_writes, self.max_reads) + 1))
+        # count serves, with the direction it counts. A transaction counts from the moment
+        # its address enters the FIFO, so the FIFO holds no more than the count.
+        limit = max(self.max_writes, self.max_reads)
+        addresses = m.submodules.addresses = SyncFIFO(width=1 + ADDR_BITS, depth=limit)
+        waiting = Signal(range(limit + 1))
         reading = Signal()      # the transactions waiting are reads
-        # Whether a write or a read may go out, registered from the count after this
-        # cycle, so that the counter never reaches the controller's memory pop.
+        # Whether a write's or a read's address may enter the FIFO, registered from the
+        # count after this cycle, so that the count never reaches the controller's pop.
         may_write, may_read = Signal(init=1), Signal(init=1)
-        aw_sent = Signal()      # this write's AW is taken, its W not yet
-        w_sent = Signal()       # this write's W is taken, its AW not yet
-        write = req.valid & req.payload.write & may_write
-        byte_addr = Cat(C(0, size), req.payload.addr)
+        queued = Signal()       # the offered write's address is in the FIFO, its W not taken
+        w_open = Signal(init=1)  # may_write | queued, registered: W may be offered
 
-        # Requests: a write waits for both of its channels, a read for AR.
+        # Requests: a write's W goes out at once, its address into the FIFO as it is
+        # offered; a read's address goes into the FIFO as the controller pops it.
+        write = req.payload.write
+        m.d.comb += [
+            axi.wdata.eq(req.payload.data), axi.wstrb.eq(-1), axi.wlast.eq(1),
+            axi.wvalid.eq(req.valid & write & w_open),
+            req.ready.eq(Mux(write, axi.wready & w_open, may_read)),
+        ]
+        wrote = axi.wvalid & axi.wready
+        queue_write = req.valid & write & may_write & ~queued
+        queue_read = req.valid & ~write & may_read
+        queue = queue_write | queue_read
+        m.d.comb += [addresses.w_en.eq(queue),
+                     addresses.w_data.eq(Cat(req.payload.addr, write))]
+        queued_next = (queued | queue_write) & ~wrote
+        m.d.sync += queued.eq(queued_next)
+
+        # The FIFO's head goes to AW or AR, as a single-beat burst of a whole line.
+        size = line_size(self.line_bits)
+        head_addr, head_write = addresses.r_data[:ADDR_BITS], addresses.r_data[ADDR_BITS]
+        byte_addr = Cat(C(0, size), head_addr)
         m.d.comb += [
             axi.awid.eq(0), axi.arid.eq(0),
             axi.awaddr.eq(byte_addr), axi.awlen.eq(0), axi.awsize.eq(size),
-            axi.awburst.eq(Burst.INCR), axi.awvalid.eq(write & ~aw_sent),
-            axi.wdata.eq(req.payload.data), axi.wstrb.eq(-1), axi.wlast.eq(1),
-            axi.wvalid.eq(write & ~w_sent),
+            axi.awburst.eq(Burst.INCR), axi.awvalid.eq(addresses.r_rdy & head_write),
             axi.araddr.eq(byte_addr), axi.arlen.eq(0), axi.arsize.eq(size),
-            axi.arburst.eq(Burst.INCR),
-            axi.arvalid.eq(req.valid & ~req.payload.write & may_read),
+            axi.arburst.eq(Burst.INCR), axi.arvalid.eq(addresses.r_rdy & ~head_write),
+            addresses.r_en.eq((axi.awvalid & axi.awready) | (axi.arvalid & axi.arready)),
         ]
-        aw_done = aw_sent | axi.awready
-        w_done = w_sent | axi.wready
-        wrote = write & aw_done & w_done
-        read = axi.arvalid & axi.arready
-        # The request is taken when every channel it needs is done, each a channel's ready
-        # or a flag from flip-flops that says it is not needed (a read's AW and W, a
-        # write's AR) or already taken: the subordinate's readies meet only at the last
-        # gates before the controller's pop.
-        needs_no_aw = ~req.payload.write | aw_sent
-        needs_no_w = ~req.payload.write | w_sent
-        needs_no_ar = req.payload.write
-        may = Mux(req.payload.write, may_write, may_read)
-        m.d.comb += req.ready.eq(may & (axi.awready | needs_no_aw) & (axi.wready | needs_no_w)
-                                 & (axi.arready | needs_no_ar))
-        with m.If(wrote):
-            m.d.sync += [aw_sent.eq(0), w_sent.eq(0)]
-        with m.Else():
-            with m.If(axi.awvalid & axi.awready):
-                m.d.sync += aw_sent.eq(1)
-            with m.If(axi.wvalid & axi.wready):
-                m.d.sync += w_sent.eq(1)
 
         # Answers: B only counts down; read data goes up in order.
         returned = axi.rvalid & axi.rready
@@ -127,10 +130,12 @@ class AxiMemoryPort(wiring.Component):
         ]
         waiting_next = Signal.like(waiting)
         reading_next = Signal()
-        m.d.comb += [waiting_next.eq(waiting + (wrote | read) - (axi.bvalid | returned)),
-                     reading_next.eq(Mux(wrote | read, read, reading))]
+        m.d.comb += [waiting_next.eq(waiting + queue - (axi.bvalid | returned)),
+                     reading_next.eq(Mux(queue, queue_read, reading))]
         idle = waiting_next == 0
+        may_write_next = idle | (~reading_next & (waiting_next != self.max_writes))
         m.d.sync += [waiting.eq(waiting_next), reading.eq(reading_next),
-                     may_write.eq(idle | (~reading_next & (waiting_next != self.max_writes))),
-                     may_read.eq(idle | (reading_next & (waiting_next != self.max_reads)))]
+                     may_write.eq(may_write_next),
+                     may_read.eq(idle | (reading_next & (waiting_next != self.max_reads))),
+                     w_open.eq(may_write_next | queued_next)]
         return m

@@ -14,11 +14,23 @@ from axi_sim import Sink, Source, channel, step
 LINE_BITS = 128
 
 
-def run_requests(requests, *, seed, pause, latency=(1, 12), max_writes=4, max_reads=4):
+class WAfterAw(Sink):
+    """A W channel whose WREADY waits for the beat's AW to be taken, as AXI allows."""
+
+    def __init__(self, *args, aw, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.aw = aw
+
+    def drive(self, ctx):
+        ctx.set(self.ready, self.rng.random() >= self.pause and len(self.aw.beats) > len(self.beats))
+
+
+def run_requests(requests, *, seed, pause, latency=(1, 12), max_writes=4, max_reads=4,
+                 w_after_aw=False):
     """Play ``requests`` (``(write, addr, data)``) into the port against the slow memory
     (one ID: writes land in order, reads answer in order, each with its own latency);
     returns the read data given back, the memory, and the most writes and reads that
-    waited at once."""
+    waited at once. With ``w_after_aw``, the memory takes no W beat before its AW."""
     dut = AxiMemoryPort(line_bits=LINE_BITS, max_writes=max_writes, max_reads=max_reads)
     axi, rng = dut.m_axi, np.random.default_rng(seed)
     size = line_size(LINE_BITS)
@@ -29,8 +41,11 @@ def run_requests(requests, *, seed, pause, latency=(1, 12), max_writes=4, max_re
                 pause=pause, name="o_data")
     aw = Sink(axi.awvalid, axi.awready, channel(axi, "aw", ["addr", "len", "size", "burst"]),
               rng=rng, pause=pause, name="AW")
-    w = Sink(axi.wvalid, axi.wready, channel(axi, "w", ["data", "strb", "last"]), rng=rng,
-             pause=pause, name="W")
+    w_channel = channel(axi, "w", ["data", "strb", "last"])
+    if w_after_aw:
+        w = WAfterAw(axi.wvalid, axi.wready, w_channel, rng=rng, pause=pause, name="W", aw=aw)
+    else:
+        w = Sink(axi.wvalid, axi.wready, w_channel, rng=rng, pause=pause, name="W")
     ar = Sink(axi.arvalid, axi.arready, channel(axi, "ar", ["addr", "len", "size", "burst"]),
               rng=rng, pause=pause, name="AR")
     b = Source(axi.bvalid, axi.bready, channel(axi, "b", ["resp"]), rng=rng, pause=pause)
@@ -38,10 +53,12 @@ def run_requests(requests, *, seed, pause, latency=(1, 12), max_writes=4, max_re
                pause=pause)
     memory, events, most = {}, [], {"writes": 0, "reads": 0}
     reads = sum(1 for write, _, _ in requests if not write)
+    writes = len(requests) - reads
 
     async def bench(ctx):
         cycle, paired, last_read = 0, 0, 0
-        while req.queue or req.holding or len(data.beats) < reads or events or not b.idle:
+        while (req.queue or req.holding or len(data.beats) < reads or paired < writes
+               or events or not b.idle):
             assert cycle < 20_000, "the requests did not finish in 20,000 cycles"
             await step(ctx, [req, data, aw, w, ar, b, r])
             cycle += 1
@@ -92,14 +109,16 @@ def expected(requests):
     return returned, memory
 
 
+@pytest.mark.parametrize("w_after_aw", [False, True], ids=["w_any_time", "w_after_aw"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_reads_return_what_the_requests_before_them_wrote(seed):
+def test_reads_return_what_the_requests_before_them_wrote(seed, w_after_aw):
     """Few addresses, reads and writes mixed: a read overtaking a write, or a write
-    overtaking a read, of the same line would return the wrong line."""
+    overtaking a read, of the same line would return the wrong line. A memory that takes
+    W only after its AW would hang a port that sent AW only once W was taken."""
     rng = np.random.default_rng(seed)
     requests = [(int(rng.random() < 0.5), int(rng.integers(0, 6)),
                  int.from_bytes(rng.bytes(LINE_BITS // 8), "little")) for _ in range(150)]
-    returned, memory, most = run_requests(requests, seed=seed, pause=0.3)
+    returned, memory, most = run_requests(requests, seed=seed, pause=0.3, w_after_aw=w_after_aw)
     assert (returned, memory) == expected(requests)
 
 
@@ -110,6 +129,46 @@ def test_runs_of_writes_and_of_reads_overlap_up_to_their_limits():
     returned, memory, most = run_requests(requests, seed=9, pause=0.0, latency=(8, 9))
     assert (returned, memory) == expected(requests)
     assert most == {"writes": 4, "reads": 4}
+
+
+@pytest.mark.parametrize("write", [1, 0], ids=["writes", "reads"])
+def test_the_controllers_pop_waits_on_wready_only_never_on_awready_or_arready(write):
+    """With AWREADY and ARREADY low, writes still leave on W (WREADY high) and reads are
+    still popped, one a clock, up to the limit, their addresses kept for AW and AR; then
+    the port waits for the memory. Released, the addresses go out in order."""
+    limit = 4
+    dut = AxiMemoryPort(line_bits=LINE_BITS, max_writes=limit, max_reads=limit)
+    axi, req = dut.m_axi, dut.i_req
+    taken, addresses = [], []
+
+    async def bench(ctx):
+        ctx.set(axi.wready, 1)
+        for k in range(2 * limit):
+            ctx.set(req.valid, 1)
+            ctx.set(req.payload.write, write)
+            ctx.set(req.payload.addr, 10 + k)
+            # The pop is decided with no AW or AR taken: their readies are low throughout.
+            taken.append(ctx.get(req.ready))
+            if taken[-1]:
+                assert ctx.get(axi.wvalid) == write
+            await ctx.tick()
+        ctx.set(req.valid, 0)
+        ctx.set(axi.awready, 1)
+        ctx.set(axi.arready, 1)
+        for _ in range(2 * limit):
+            valid = axi.awvalid if write else axi.arvalid
+            if ctx.get(valid):
+                address = axi.awaddr if write else axi.araddr
+                addresses.append(ctx.get(address) >> line_size(LINE_BITS))
+            await ctx.tick()
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    # A request a clock until the limit, then none: the count of those waiting holds them.
+    assert taken == [1] * limit + [0] * limit
+    assert addresses == [10 + k for k in range(limit)]
 
 
 @pytest.mark.parametrize("kwargs,error,message", [
