@@ -1,11 +1,8 @@
 """A two-register stream buffer that ends every path at a register, both ways."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-
-from ..golden.validate import check_int
-from .lane_logic import KEEP
 
 __all__ = ["SkidBuffer"]
 
@@ -16,12 +13,10 @@ class SkidBuffer(wiring.Component):
 
     Two registers: the head, which is the output's payload, and a spare. The head loads the
     spare, or else the input, while it is empty or being taken; the spare loads the input
-    while it is free, taken or not, so its enable is a flip-flop. Only the flags (two
-    flip-flops, and a group's copy of the spare's `free` flag) see a transfer. So the
-    output's ``ready`` reaches the head's enables (a narrow payload's, such as a request's
-    address on its way to a comparison), never the input side, and what leaves is a
-    flip-flop, not a choice. The copies load a value formed once, so each is a flip-flop
-    and no gate.
+    while it is free, taken or not, so its enable is a flip-flop (``full``, the input's
+    ``ready`` inverted). Only the two flags see a transfer. So the output's ``ready``
+    reaches the head's enables (a narrow payload's, such as a request's address on its way
+    to a comparison), never the input side, and what leaves is a flip-flop, not a choice.
 
     **Throughput**: one transfer a clock. **Latency**: 1 cycle. **Backpressure**: the input
     waits while both registers are full. The cost is two registers and a 2:1 choice a
@@ -31,31 +26,19 @@ class SkidBuffer(wiring.Component):
     ----------
     shape : shape-like
         The payload.
-    group_bits : int or None
-        Payload bits that one copy of the spare's `free` flag drives; ``None``: one copy
-        for the whole payload. A wide payload takes a copy a group, so that no flip-flop
-        reaches every bit.
 
     Members
     -------
     i : ``In(stream.Signature(shape))``
     o : ``Out(stream.Signature(shape))``
-
-    Raises
-    ------
-    TypeError, ValueError
-        On a ``group_bits`` of the wrong type or below 1.
     """
 
-    def __init__(self, shape, *, group_bits=None):
-        if group_bits is not None:
-            check_int("group_bits", group_bits, low=1)
-        self.group_bits = group_bits
+    def __init__(self, shape):
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
-        full = Signal()
+        full = Signal()     # the spare holds a transfer
         push = self.i.valid & self.i.ready
         pop = self.o.valid & self.o.ready
         m.d.comb += self.i.ready.eq(~full)
@@ -65,23 +48,12 @@ class SkidBuffer(wiring.Component):
         with m.Elif(pop & ~push):
             m.d.sync += [full.eq(0), self.o.valid.eq(full)]
 
-        # After this cycle's transfers: whether the spare is free.
-        free_next = ~Mux(push & ~pop, self.o.valid, Mux(pop & ~push, 0, full))
-
         payload = Value.cast(self.i.payload)
-        step = self.group_bits or max(len(payload), 1)
-        outputs = []
-        for g, low in enumerate(range(0, len(payload), step)):
-            bits = payload[low:low + step]
-            free = Signal(name=f"free_{g}", init=1, attrs=KEEP)
-            m.d.sync += free.eq(free_next)
-            head = Signal(len(bits), name=f"head_{g}")
-            spare = Signal(len(bits), name=f"spare_{g}")
-            with m.If(free):
-                m.d.sync += spare.eq(bits)
-            # The head is empty or leaves: the spare moves up if it holds one.
-            with m.If(~self.o.valid | self.o.ready):
-                m.d.sync += head.eq(Mux(free, bits, spare))
-            outputs.append(head)
-        m.d.comb += Value.cast(self.o.payload).eq(Cat(outputs))
+        head, spare = Signal(len(payload), name="head"), Signal(len(payload), name="spare")
+        with m.If(~full):
+            m.d.sync += spare.eq(payload)
+        # The head is empty or leaves: the spare moves up if it holds one.
+        with m.If(~self.o.valid | self.o.ready):
+            m.d.sync += head.eq(Mux(full, spare, payload))
+        m.d.comb += self.o.payload.eq(head)
         return m

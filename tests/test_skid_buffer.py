@@ -71,27 +71,6 @@ def test_input_ready_and_output_valid_wait_on_no_logic():
     sim.run()
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_a_payload_in_groups_goes_through_whole_and_in_order(seed):
-    """Each group of payload bits has its own copy of the spare's `free` flag; together they
-    pass every transfer whole, one a clock without pauses."""
-    values = [int(v) for v in np.random.default_rng(seed).integers(1 << 12, size=300)]
-    got, _ = run(SkidBuffer(12, group_bits=5), values, seed=seed, pause=0.4)
-    assert got == values
-    got, cycles = run(SkidBuffer(12, group_bits=5), values[:100], seed=seed, pause=0.0)
-    assert got == values[:100] and cycles <= 102
-
-
-@pytest.mark.parametrize("group_bits,error,message", [
-    (0, ValueError, "group_bits must be at least 1, not 0"),
-    (2.5, TypeError, "group_bits must be an integer, not 2.5"),
-])
-def test_bad_group_bits_are_refused_by_name(group_bits, error, message):
-    with pytest.raises(error) as caught:
-        SkidBuffer(8, group_bits=group_bits)
-    assert str(caught.value) == message
-
-
 def test_the_head_moves_only_at_a_clock():
     """Neither the output's ready nor the input's payload moves
     the output's payload within a cycle; a pop loads the spare into it at the clock."""
