@@ -81,10 +81,12 @@ class AxiDataPort(wiring.Component):
     xUSER: a burst that is not whole lines (AxSIZE), not INCR or FIXED, not at a line's
     first byte, a FIXED burst of more than 16 beats (AXI4 allows no more), or a write at
     the ``clear`` alias; a W beat whose WSTRB is not all ones. A refused read burst's beats
-    are zero lines, each after a cycle.
+    are zero lines, the first two cycles after its turn comes (a cycle raises the padding
+    flag, one loads its copies), the rest a clock each.
 
-    **Throughput**: one request a clock (a refused read beat, one in two); AW and AR take
-    turns at the one burst held (writes and reads waiting alike alternate by burst).
+    **Throughput**: one request a clock (a refused single-beat read, one in three; a read
+    after padding beats waits a cycle for the copies to fall); AW and AR take turns at the
+    one burst held (writes and reads waiting alike alternate by burst).
     **Latency**: one cycle, a :class:`~.skid_buffer.SkidBuffer`: items wait in it between
     the bursts and the join with W, so W and the controller's admission reach no burst
     counter, and the request's narrow fields leave from its head register; a write's line
@@ -332,7 +334,9 @@ class AxiDataPort(wiring.Component):
         by_r, by_b = Signal(), Signal()
         with m.If(load):
             native, read = tags.r_rdy & incoming.native, incoming.read
-            m.d.sync += [by_r.eq(native & (read | ~incoming.last)), by_b.eq(native & ~read)]
+            # A head loaded as a padding run ends waits a cycle for the copies (below).
+            m.d.sync += [by_r.eq(native & Mux(read, ~padding, ~incoming.last)),
+                         by_b.eq(native & ~read)]
         with m.Elif(head.read):
             m.d.sync += [by_r.eq(draining_next | (head.native & ~padding_next)),
                          by_b.eq(draining_next)]
@@ -353,10 +357,14 @@ class AxiDataPort(wiring.Component):
 
         # A padding beat carries zeros, not whatever line the controller offers (another
         # request's). Each group of ZERO_GROUP_BITS line bits has its own copy of the
-        # padding flag, loaded with the value formed once, so no one net reaches every bit.
+        # padding flag, loaded from the flag's flip-flop, so no one net reaches every bit
+        # and no logic stands before the copies. They follow the flag a cycle late, so R
+        # waits a cycle after each change of the flag (``steady``: it did not change).
         groups = range(-(-self.params.line_bits // ZERO_GROUP_BITS))
         zeroed = Cat(Signal(name=f"padding_{g}", attrs=KEEP) for g in groups)
-        m.d.sync += zeroed.eq(padding_next.replicate(len(zeroed)))
+        steady = Signal(init=1)
+        m.d.sync += [zeroed.eq(padding.replicate(len(zeroed))),
+                     steady.eq(padding_next == padding)]
         for g in groups:
             bits = slice(g * ZERO_GROUP_BITS, (g + 1) * ZERO_GROUP_BITS)
             m.d.comb += axi.rdata[bits].eq(Mux(zeroed[g], 0, resp.payload.data[bits]))
@@ -366,11 +374,13 @@ class AxiDataPort(wiring.Component):
                 m.d.comb += [pop.eq(1), draining_next.eq(0)]
                 m.d.sync += [sent.eq(0), first.eq(1)]
         with m.Elif(head_valid & head.read & ~head.native & ~padding):
-            # A refused beat: a cycle to raise the padding flag, then the beat.
+            # A refused beat: a cycle to raise the padding flag, one for its copies, then
+            # the beat.
             m.d.comb += padding_next.eq(1)
         with m.Elif(head_valid & head.read):
-            m.d.comb += axi.rvalid.eq(padding | resp.valid)
-            with m.If((padding | resp.valid) & axi.rready):
+            # A beat goes with the padding copies agreeing with the flag.
+            m.d.comb += axi.rvalid.eq(steady & (padding | resp.valid))
+            with m.If(axi.rvalid & axi.rready):
                 m.d.sync += [sent.eq(sent + 1), first.eq(0),
                              next_final.eq(sent + 1 == head.beats)]
                 with m.If(~padding & resp.payload.last & ~final):

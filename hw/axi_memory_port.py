@@ -31,9 +31,10 @@ class AxiMemoryPort(wiring.Component):
     out only when no write waits for its B, and a write only when no read waits for its
     data: runs of reads and runs of writes each flow at one per clock, and a change of
     direction waits for the memory's answers. At most ``max_writes`` writes wait for B and
-    ``max_reads`` reads for data, each counted from the moment its address enters the FIFO,
-    so the FIFO (as deep as the larger limit) never fills. **Latency**: WVALID follows the
-    request's ``valid``; AWVALID and ARVALID a cycle after the request is offered.
+    ``max_reads`` reads for data, each counted from the moment its address enters the FIFO
+    until the cycle after its answer, so the FIFO (as deep as the larger limit) never
+    fills. **Latency**: WVALID follows the request's ``valid``; AWVALID and ARVALID a cycle
+    after the request is offered.
     **Backpressure**: WREADY holds a write, the limits hold either; AWREADY and ARREADY
     hold the FIFO; ``o_data.ready`` is RREADY; BREADY is always high.
 
@@ -121,16 +122,19 @@ class AxiMemoryPort(wiring.Component):
             addresses.r_en.eq((axi.awvalid & axi.awready) | (axi.arvalid & axi.arready)),
         ]
 
-        # Answers: B only counts down; read data goes up in order.
-        returned = axi.rvalid & axi.rready
+        # Answers: B only counts down; read data goes up in order. An answer leaves the
+        # count a cycle after it comes, from a flip-flop, so that RREADY (the controller's
+        # response pop) and BVALID never reach the count's adder and the limits.
+        answered = Signal()
         m.d.comb += [
             axi.bready.eq(1),
             self.o_data.valid.eq(axi.rvalid), self.o_data.payload.eq(axi.rdata),
             axi.rready.eq(self.o_data.ready),
         ]
+        m.d.sync += answered.eq(axi.bvalid | (axi.rvalid & axi.rready))
         waiting_next = Signal.like(waiting)
         reading_next = Signal()
-        m.d.comb += [waiting_next.eq(waiting + queue - (axi.bvalid | returned)),
+        m.d.comb += [waiting_next.eq(waiting + queue - answered),
                      reading_next.eq(Mux(queue, queue_read, reading))]
         idle = waiting_next == 0
         may_write_next = idle | (~reading_next & (waiting_next != self.max_writes))

@@ -206,8 +206,10 @@ def run_bursts(dut, writes, reads, lines, *, seed, pause):
 
 
 @pytest.mark.parametrize("worker_from", list(WorkerFrom))
-@pytest.mark.parametrize("seed", [0, 1])
-def test_bursts_become_requests_and_answers_become_beats(seed, worker_from):
+@pytest.mark.parametrize("seed,pause", [(0, 0.3), (1, 0.3), (2, 0.0)])
+def test_bursts_become_requests_and_answers_become_beats(seed, pause, worker_from):
+    """With pauses, and without: then each answer follows the one before at once, as a
+    padding run ends too."""
     rng = np.random.default_rng(seed)
     dut = AxiDataPort(params=SMALL, id_width=ID_WIDTH, worker_from=worker_from, max_requests=8)
     writes = random_bursts(rng, write=True, count=60, worker_from=worker_from)
@@ -215,7 +217,7 @@ def test_bursts_become_requests_and_answers_become_beats(seed, worker_from):
     lines = [[int.from_bytes(rng.bytes(LINE_BYTES), "little") for _ in range(b.length)]
              for b in writes]
     want_writes, want_reads, want_b, want_r = expected_traffic(writes, reads, lines)
-    requests, b_beats, r_beats = run_bursts(dut, writes, reads, lines, seed=seed, pause=0.3)
+    requests, b_beats, r_beats = run_bursts(dut, writes, reads, lines, seed=seed, pause=pause)
     got_writes = [(Op(q["op"]), q["addr"], q["worker"], q["data"]) for q in requests
                   if q["op"] == Op.WRITE]
     got_reads = [(Op(q["op"]), q["addr"]) for q in requests if q["op"] != Op.WRITE]
@@ -232,6 +234,26 @@ def test_bursts_become_requests_and_answers_become_beats(seed, worker_from):
                                                       if s != Status.DUPLICATE}
     assert any(w["data"] is None for w in want_r) and any(
         w["resp"] == Resp.SLVERR and w["user"] == Status.OK for w in want_r)
+
+
+def test_a_read_right_after_padding_beats_loses_no_line():
+    """Padding beats (a refused read's; a FIXED read's beyond its readout) followed at
+    once by reads whose answers wait: each answer goes out whole, in order."""
+    line_bytes = line_size(SMALL.line_bits)
+    make = dict(worker=0, offset=0, clear=0)
+    reads = [Burst_(write=False, axid=1, line=3, length=2, burst=Burst.INCR,
+                    size=line_bytes - 1, **make),
+             Burst_(write=False, axid=2, line=5, length=1, burst=Burst.INCR,
+                    size=line_bytes, **make),
+             Burst_(write=False, axid=3, line=7, length=3, burst=Burst.FIXED,
+                    size=line_bytes, **make),
+             Burst_(write=False, axid=4, line=4, length=1, burst=Burst.INCR,
+                    size=line_bytes, **make)]
+    dut = AxiDataPort(params=SMALL, id_width=ID_WIDTH, max_requests=8)
+    *_, want_r = expected_traffic([], reads, [])
+    _, _, r_beats = run_bursts(dut, [], reads, [], seed=0, pause=0.0)
+    assert r_beats == [{**want, "user": int(want["user"]), "data": want["data"] or 0}
+                       for want in want_r]
 
 
 def test_one_request_a_clock_without_pauses():
